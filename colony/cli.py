@@ -1,0 +1,129 @@
+"""The ``meclaw`` command: parse flags, wire the built-in cells in, run.
+
+This module is a composition root: it may import ``cells``; the kernel may not.
+Exit codes: 0 success, 1 the colony is invalid or failed, 2 usage error, 3 internal error
+(a bug in the daemon — the message says so; no traceback reaches the user).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from enum import Enum
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cells import BUILTIN_CELL_TYPES
+from colony.config.diagnostics import has_errors, render_github, render_json, render_text
+from colony.validate import validate
+
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+
+
+class OutputFormat(str, Enum):
+    text = "text"
+    json = "json"
+    github = "github"
+
+
+app = typer.Typer(
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Run a colony of LLM agents defined by a directory tree of JSON files.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _package_version() -> str:
+    try:
+        return version("colony-daemon")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "0+unknown"
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"meclaw {_package_version()}")
+        raise typer.Exit()
+
+
+def _usage_error(message: str) -> typer.Exit:
+    typer.echo(f"meclaw: {message}", err=True)
+    return typer.Exit(EXIT_USAGE)
+
+
+@app.callback(invoke_without_command=True)
+def run(
+    root: Annotated[
+        Path, typer.Option("--root", help="Colony root folder (holds colony.json and main/).")
+    ] = Path("."),
+    do_validate: Annotated[
+        bool,
+        typer.Option("--validate", help="Check the tree and exit: 0 valid, 1 invalid."),
+    ] = False,
+    validate_strict: Annotated[
+        bool,
+        typer.Option("--validate-strict", help="Like --validate, with warnings counted as errors."),
+    ] = False,
+    env: Annotated[
+        Path | None,
+        typer.Option("--env", help="File for ${VAR} values (default: <root>/.env)."),
+    ] = None,
+    output: Annotated[
+        OutputFormat,
+        typer.Option("--format", help="How --validate reports: text, json or github annotations."),
+    ] = OutputFormat.text,
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version_callback, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """Run the colony under --root, or check it with --validate."""
+    if not root.exists():
+        raise _usage_error(f"--root {root}: no such folder")
+    if not root.is_dir():
+        raise _usage_error(f"--root {root}: not a folder")
+    if env is not None and not env.is_file():
+        raise _usage_error(f"--env {env}: no such file")
+
+    if do_validate or validate_strict:
+        diagnostics = validate(
+            root, cell_types=BUILTIN_CELL_TYPES, env_file=env, strict=validate_strict
+        )
+        shown = str(root)
+        prefix = os.path.relpath(root)
+        prefix = "" if prefix == "." else prefix.replace(os.sep, "/") + "/"
+        if output is OutputFormat.json:
+            sys.stdout.write(render_json(diagnostics, root=shown))
+        elif output is OutputFormat.github:
+            sys.stdout.write(render_github(diagnostics, root=shown, file_prefix=prefix))
+        else:
+            sys.stderr.write(render_text(diagnostics, root=shown, file_prefix=prefix))
+        raise typer.Exit(EXIT_INVALID if has_errors(diagnostics) else 0)
+
+    typer.echo(
+        "meclaw: running a colony arrives with the router; for now only --validate is "
+        "available (see README.md).",
+        err=True,
+    )
+    raise typer.Exit(EXIT_INVALID)
+
+
+def main() -> None:
+    """Console-script entry point; turns an unexpected exception into a one-line report."""
+    try:
+        app()
+    except Exception as exc:  # the last line of defence: no traceback reaches a user
+        sys.stderr.write(
+            f"meclaw: internal error: {type(exc).__name__}: {exc}\n"
+            "This is a bug in meclaw, not in your colony; please report it with the command "
+            "you ran.\n"
+        )
+        sys.exit(EXIT_INTERNAL)

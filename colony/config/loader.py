@@ -1,0 +1,588 @@
+"""Load a colony tree: every file parsed, every problem reported, nothing written.
+
+``load_tree`` is what both the daemon's boot and ``meclaw --validate`` run. It never stops at
+the first problem: each file is parsed on its own, schema errors, substitution errors,
+expression errors and endpoint warnings are all collected, and a tree is returned only when no
+error was found. It creates, locks and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from colony import paths
+from colony.config import discovery
+from colony.config.diagnostics import Diagnostic, Severity, has_errors
+from colony.config.jsonpos import Path as JsonPath
+from colony.config.jsonpos import locate
+from colony.config.models import CellConfig, ColonyConfig, HiveConfig, Modifier
+from colony.config.schema_errors import closest, diagnostics_from, json_type_name
+from colony.config.substitute import EnvFileError, Variables, load_env_file, substitute
+from colony.expressions import Engine, ExpressionSyntaxError, default_engine
+
+HIVE = "hive"
+
+COLONY_ENDPOINTS = frozenset(
+    {
+        "/colony/graph",
+        "/colony/mutations",
+        "/colony/registry",
+        "/colony/templates",
+        "/colony/templates/rescan",
+        "/colony/trace",
+    }
+)
+"""``/colony/*`` paths a message can be routed to and get an answer from."""
+
+_MECLAW_ONLY_TYPES = frozenset({"edit", "mcp", "harness", "subcolony", "vault"})
+
+_CONTRACT_PARTS = ("version", "settings", "consumes")
+
+
+@dataclass(frozen=True, slots=True)
+class CellNode:
+    """A cell as declared on disk."""
+
+    path: str
+    folder: Path
+    file: str
+    """``config.json`` relative to the colony root."""
+    config: CellConfig
+
+    @property
+    def type(self) -> str:
+        return self.config.cell.type
+
+
+@dataclass(frozen=True, slots=True)
+class HiveNode:
+    """A hive (scope marker and transit node) as declared on disk."""
+
+    path: str
+    folder: Path
+    file: str
+    config: HiveConfig
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeDecl:
+    """One edge of a hive's ``params.graph.edges``, endpoints resolved."""
+
+    scope: str
+    """Path of the hive that declares the edge (endpoints resolve against it)."""
+    index: int
+    """Position in that hive's edge list."""
+    file: str
+    from_path: str
+    to_path: str
+    condition: str | None
+    modifier: Modifier | None
+
+
+@dataclass(frozen=True, slots=True)
+class ColonyTree:
+    """A colony tree that loaded without errors."""
+
+    root: Path
+    """The ``--root`` folder."""
+    root_dir: Path
+    """The folder that is the node ``/``."""
+    colony: ColonyConfig
+    cells: dict[str, CellNode]
+    hives: dict[str, HiveNode]
+    edges: list[EdgeDecl]
+    """In declaration order: hives in walk order, each hive's edges in array order."""
+
+
+@dataclass(slots=True)
+class LoadResult:
+    tree: ColonyTree | None
+    """None when any error was found."""
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.tree is not None
+
+
+@dataclass(frozen=True, slots=True)
+class _EndpointRef:
+    file: str
+    text: str
+    path: JsonPath
+    written: str
+    resolved: str
+
+
+class _FileDiagnostics:
+    """Collects one file's findings and places each at its line and column."""
+
+    def __init__(self, file: str, text: str) -> None:
+        self.file = file
+        self.text = text
+        self.items: list[Diagnostic] = []
+
+    def add(self, diagnostic: Diagnostic) -> None:
+        if diagnostic.line is None and self.text:
+            position = locate(self.text, diagnostic.path)
+            if position is not None:
+                line, column = position
+                diagnostic = Diagnostic(
+                    diagnostic.severity,
+                    diagnostic.code,
+                    diagnostic.message,
+                    diagnostic.file,
+                    diagnostic.path,
+                    diagnostic.hint,
+                    line,
+                    column,
+                    diagnostic.related,
+                )
+        self.items.append(diagnostic)
+
+    def error(self, code: str, message: str, path: JsonPath = (), hint: str | None = None) -> None:
+        self.add(Diagnostic(Severity.ERROR, code, message, self.file, path, hint))
+
+    def warning(
+        self,
+        code: str,
+        message: str,
+        path: JsonPath = (),
+        hint: str | None = None,
+        related: tuple[str, ...] = (),
+    ) -> None:
+        self.add(Diagnostic(Severity.WARNING, code, message, self.file, path, hint, None, None, related))
+
+    def sorted(self) -> list[Diagnostic]:
+        return sorted(self.items, key=lambda d: (d.line or 0, d.column or 0))
+
+
+def _relative(root: Path, file: Path) -> str:
+    try:
+        return file.relative_to(root).as_posix()
+    except ValueError:
+        return str(file)
+
+
+def _read_json(file: Path, out: _FileDiagnostics) -> Any:
+    """The parsed document, or None after reporting why it cannot be read."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        out.error("invalid_json", "the file is not UTF-8 text", hint="save it as UTF-8 JSON.")
+        return None
+    except OSError as exc:
+        out.error("unreadable_file", f"cannot read the file: {exc.strerror or exc}")
+        return None
+    out.text = text
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        out.add(
+            Diagnostic(
+                Severity.ERROR,
+                "invalid_json",
+                f"invalid JSON: {exc.msg}",
+                out.file,
+                (),
+                "fix the JSON syntax at this line and column.",
+                exc.lineno,
+                exc.colno,
+            )
+        )
+        return None
+
+
+def load_colony_config(root: Path, out: list[Diagnostic]) -> ColonyConfig | None:
+    """``<root>/colony.json``, or the defaults when the file is absent."""
+    file = root / "colony.json"
+    if not file.exists():
+        return ColonyConfig()
+    diags = _FileDiagnostics("colony.json", "")
+    raw = _read_json(file, diags)
+    config: ColonyConfig | None = None
+    if raw is not None:
+        if not isinstance(raw, dict):
+            diags.error(
+                "wrong_type",
+                f"colony.json must be one JSON object, got {json_type_name(raw)}",
+                hint='write it as {"schema_version": 1, ...}.',
+            )
+        else:
+            try:
+                config = ColonyConfig.model_validate(raw)
+            except ValidationError as exc:
+                for d in diagnostics_from(exc, ColonyConfig, file="colony.json"):
+                    diags.add(d)
+    out.extend(diags.sorted())
+    return config
+
+
+class _TreeLoader:
+    def __init__(
+        self,
+        root: Path,
+        cell_types: Collection[str],
+        variables: Variables,
+        engine: Engine,
+    ) -> None:
+        self.root = root
+        self.cell_types = sorted(set(cell_types) | {HIVE})
+        self.variables = variables
+        self.engine = engine
+        self.diagnostics: list[Diagnostic] = []
+        self.cells: dict[str, CellNode] = {}
+        self.hives: dict[str, HiveNode] = {}
+        self.edges: list[EdgeDecl] = []
+        self.endpoints: list[_EndpointRef] = []
+        self.failed = False
+
+    # -- one file -------------------------------------------------------------------------
+
+    def load_node(self, node: discovery.NodeDir) -> None:
+        file = _relative(self.root, node.config_file)
+        out = _FileDiagnostics(file, "")
+        self._load_node(node, file, out)
+        found = out.sorted()
+        self.failed = self.failed or has_errors(found)
+        self.diagnostics.extend(found)
+
+    def _load_node(self, node: discovery.NodeDir, file: str, out: _FileDiagnostics) -> None:
+        raw = _read_json(node.config_file, out)
+        if raw is None:
+            return
+        if not isinstance(raw, dict):
+            out.error(
+                "wrong_type",
+                f"a config.json must be one JSON object, got {json_type_name(raw)}",
+                hint='start from {"cell": {"type": "..."}, "params": {}, "contract": {...}}.',
+            )
+            return
+        result = substitute(raw, self.variables)
+        for problem in result.problems:
+            message, hint = _substitution_text(problem.code, problem.token)
+            out.error(problem.code, message, problem.path, hint)
+        doc = result.value
+        broken = {p.path for p in result.problems}
+
+        cell = doc.get("cell")
+        cell_type = cell.get("type") if isinstance(cell, dict) else None
+        is_hive = cell_type == HIVE
+        model: type[BaseModel] = HiveConfig if is_hive else CellConfig
+        parsed: BaseModel | None = None
+        try:
+            parsed = model.model_validate(doc)
+        except ValidationError as exc:
+            for d in diagnostics_from(exc, model, file=file, substituted=result.substituted_paths):
+                out.add(d)
+
+        if isinstance(cell, dict):
+            self._check_cell_block(cell, out, result.substituted_paths)
+        if is_hive:
+            self._check_graph(node.path, file, doc, out, broken)
+        else:
+            self._check_contract(doc, out)
+
+        if has_errors(out.items) or parsed is None:
+            return
+        if isinstance(parsed, HiveConfig):
+            self.hives[node.path] = HiveNode(node.path, node.folder, file, parsed)
+            for index, spec in enumerate(parsed.params.graph.edges):
+                self.edges.append(
+                    EdgeDecl(
+                        scope=node.path,
+                        index=index,
+                        file=file,
+                        from_path=paths.resolve(node.path, spec.from_),
+                        to_path=paths.resolve(node.path, spec.to),
+                        condition=spec.condition,
+                        modifier=spec.modifier,
+                    )
+                )
+        elif isinstance(parsed, CellConfig):
+            self.cells[node.path] = CellNode(node.path, node.folder, file, parsed)
+
+    def _check_cell_block(
+        self, cell: dict[str, Any], out: _FileDiagnostics, substituted: set[JsonPath]
+    ) -> None:
+        cell_type = cell.get("type")
+        if "template" in cell or cell_type == "ref":
+            where: JsonPath = ("cell", "template") if "template" in cell else ("cell", "type")
+            out.error(
+                "template_reference",
+                "a template reference stands in a live tree; templates are resolved when they "
+                "are instantiated",
+                where,
+                "instantiate the template, or replace this node with the cell it describes.",
+            )
+            return
+        if not isinstance(cell_type, str) or cell_type in self.cell_types:
+            return
+        shown = (
+            "the substituted type" if ("cell", "type") in substituted else repr(cell_type)
+        )
+        guess = closest(cell_type, self.cell_types)
+        hint = f"did you mean '{guess}'? " if guess else ""
+        hint += f"Known cell types: {', '.join(self.cell_types)}."
+        why = (
+            " (a meclaw cell type this daemon does not implement)"
+            if cell_type in _MECLAW_ONLY_TYPES
+            else ""
+        )
+        out.error("unknown_cell_type", f"unknown cell type {shown}{why}", ("cell", "type"), hint)
+
+    def _check_contract(self, doc: dict[str, Any], out: _FileDiagnostics) -> None:
+        contract = doc.get("contract")
+        if contract is None:
+            out.error(
+                "contract_incomplete",
+                "the cell has no contract; every cell declares version, settings and consumes",
+                ("contract",),
+                'add "contract": {"version": "1", "settings": {}, "consumes": {}}.',
+            )
+            return
+        if not isinstance(contract, dict):
+            return  # the schema check already reported the wrong type
+        for part in _CONTRACT_PARTS:
+            if part not in contract:
+                example = '"1"' if part == "version" else "{} (empty is fine)"
+                out.error(
+                    "contract_incomplete",
+                    f"contract.{part} is missing",
+                    ("contract", part),
+                    f'add "{part}": {example}.',
+                )
+        if contract.get("version") == "":
+            out.error(
+                "contract_incomplete",
+                "contract.version is empty",
+                ("contract", "version"),
+                'give the contract a version string such as "1".',
+            )
+
+    # -- a hive's graph -------------------------------------------------------------------
+
+    def _check_graph(
+        self,
+        scope: str,
+        file: str,
+        doc: dict[str, Any],
+        out: _FileDiagnostics,
+        broken: set[JsonPath],
+    ) -> None:
+        params = doc.get("params")
+        graph = params.get("graph") if isinstance(params, dict) else None
+        edges = graph.get("edges") if isinstance(graph, dict) else None
+        if not isinstance(edges, list):
+            return
+        for index, edge in enumerate(edges):
+            if not isinstance(edge, dict):
+                continue
+            at: JsonPath = ("params", "graph", "edges", index)
+            for end in ("from", "to"):
+                written = edge.get(end)
+                if isinstance(written, str):
+                    self.endpoints.append(
+                        _EndpointRef(file, out.text, (*at, end), written, paths.resolve(scope, written))
+                    )
+            condition = edge.get("condition")
+            if isinstance(condition, str) and (*at, "condition") not in broken:
+                self._check_expression(condition, (*at, "condition"), "condition", out)
+            modifier = edge.get("modifier")
+            if not isinstance(modifier, dict):
+                continue
+            for slot in ("set_context", "set_hop"):
+                exprs = modifier.get(slot)
+                if not isinstance(exprs, dict):
+                    continue
+                for key, source in exprs.items():
+                    where = (*at, "modifier", slot, key)
+                    if isinstance(source, str) and where not in broken:
+                        self._check_expression(source, where, "modifier", out)
+            if modifier.get("restore_ttl") is True and not isinstance(condition, str):
+                out.error(
+                    "restore_ttl_unconditional",
+                    "an edge with restore_ttl needs a condition: unconditional, it would "
+                    "restore the budget of every message it takes and a loop through it "
+                    "could never end",
+                    (*at, "modifier", "restore_ttl"),
+                    "add a bounding condition such as \"int(context.iter) < 12\".",
+                )
+
+    def _check_expression(
+        self, source: str, where: JsonPath, kind: str, out: _FileDiagnostics
+    ) -> None:
+        try:
+            program = self.engine.compile(source)
+        except ExpressionSyntaxError as exc:
+            out.add(
+                Diagnostic(
+                    Severity.ERROR,
+                    f"{kind}_syntax",
+                    f"the {kind} expression does not parse: {exc.reason} "
+                    f"(column {exc.column})",
+                    out.file,
+                    where,
+                    "fix the CEL syntax; conditions read only 'context' and 'hop'.",
+                    None,
+                    None,
+                    tuple(exc.caret().splitlines()),
+                )
+            )
+            return
+        if program.check_error is not None:
+            out.warning(
+                "expression_type",
+                f"the {kind} expression does not type-check: {program.check_error}; it errors "
+                "at runtime wherever that part is evaluated, and an erroring edge never fires",
+                where,
+                "expressions can read only 'context' and 'hop'; check names and operand types.",
+                (source,),
+            )
+
+    # -- the whole tree -------------------------------------------------------------------
+
+    def check_endpoints(self, known: set[str]) -> None:
+        for ref in self.endpoints:
+            out = _FileDiagnostics(ref.file, ref.text)
+            target = ref.resolved
+            if target in known:
+                continue
+            if target == "/colony":
+                out.warning(
+                    "colony_endpoint_invalid",
+                    "edge endpoint /colony is not an endpoint; messages to it are dead-lettered",
+                    ref.path,
+                    f"name one of {', '.join(sorted(COLONY_ENDPOINTS))}.",
+                )
+            elif paths.is_colony_endpoint(target):
+                if target in COLONY_ENDPOINTS:
+                    continue
+                out.warning(
+                    "colony_endpoint_unknown",
+                    f"edge endpoint {target} is no /colony endpoint; messages to it are "
+                    "dead-lettered as colony_endpoint_unimplemented",
+                    ref.path,
+                    f"name one of {', '.join(sorted(COLONY_ENDPOINTS))}.",
+                )
+            else:
+                guess = closest(target, known)
+                hint = f"did you mean {guess}? " if guess else ""
+                hint += (
+                    "create the cell, or fix the path (relative paths resolve against the hive "
+                    "that declares the edge). Cells added later by runtime mutations are "
+                    "invisible to --validate."
+                )
+                written = "" if ref.written == target else f" ('{ref.written}' in scope)"
+                out.warning(
+                    "dangling_endpoint",
+                    f"edge endpoint {target}{written} resolves to no cell, hive or /colony "
+                    "endpoint",
+                    ref.path,
+                    hint,
+                )
+            self.diagnostics.extend(out.items)
+
+
+def _substitution_text(code: str, token: str) -> tuple[str, str]:
+    """Message and hint for a substitution problem (the token as written, never a value)."""
+    if code == "env_var_missing":
+        return (
+            f"{token} has no value in the env file or the environment, and no default",
+            f"define it in the .env file, export it, or write {token[:-1]}:-default}}.",
+        )
+    if code == "unterminated_substitution":
+        return (
+            f"'{token}' opens ${{ without closing it",
+            "close the token with '}', or write $${ for a literal '${'.",
+        )
+    return (
+        f"{token} is not a supported substitution",
+        "use ${VAR} or ${VAR:-default}; write $${...} for a literal.",
+    )
+
+
+def load_tree(
+    root: Path,
+    *,
+    cell_types: Collection[str],
+    env_file: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    engine: Engine | None = None,
+) -> LoadResult:
+    """Load and check the colony tree under ``root``; read-only.
+
+    ``cell_types`` are the non-hive types this daemon can run (the composition root passes
+    ``cells.BUILTIN_CELL_TYPES``). ``env_file`` defaults to ``<root>/.env``.
+    """
+    diagnostics: list[Diagnostic] = []
+
+    env_path = env_file if env_file is not None else root / ".env"
+    file_values: dict[str, str] = {}
+    try:
+        file_values = load_env_file(env_path)
+    except EnvFileError as exc:
+        diagnostics.append(
+            Diagnostic(
+                Severity.ERROR,
+                "env_file_invalid",
+                f"the env file cannot be read: {exc.reason}",
+                _relative(root, env_path),
+                (),
+                "write one KEY=VALUE per line; lines starting with # are comments.",
+                exc.line,
+                1,
+            )
+        )
+    variables = Variables(file_values, environ)
+
+    colony = load_colony_config(root, diagnostics)
+
+    candidates = discovery.root_candidates(root)
+    if not candidates:
+        diagnostics.append(
+            Diagnostic(
+                Severity.ERROR,
+                "no_root",
+                f"no top-level folder under {root} holds a config.json, so the colony has no "
+                "root node",
+                None,
+                (),
+                'create one folder (e.g. main/) with a config.json such as {"cell": {"type": '
+                '"hive"}}; templates/, blobs/, .staging/ and dot-folders do not count.',
+            )
+        )
+        return LoadResult(None, diagnostics)
+    if len(candidates) > 1:
+        names = ", ".join(f"{c.name}/" for c in candidates)
+        diagnostics.append(
+            Diagnostic(
+                Severity.ERROR,
+                "multiple_roots",
+                f"{len(candidates)} top-level folders hold a config.json ({names}); a colony "
+                "has exactly one root node",
+                None,
+                (),
+                "keep one root folder and move the others inside it (or under templates/).",
+            )
+        )
+        return LoadResult(None, diagnostics)
+
+    root_dir = candidates[0]
+    loader = _TreeLoader(root, cell_types, variables, engine or default_engine())
+    nodes = discovery.walk(root_dir)
+    for node in nodes:
+        loader.load_node(node)
+    loader.check_endpoints({node.path for node in nodes})
+    diagnostics.extend(loader.diagnostics)
+
+    if has_errors(diagnostics) or colony is None:
+        return LoadResult(None, diagnostics)
+    tree = ColonyTree(root, root_dir, colony, loader.cells, loader.hives, loader.edges)
+    return LoadResult(tree, diagnostics)

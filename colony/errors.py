@@ -1,0 +1,30 @@
+"""The daemon's exception tree.
+
+    ColonyError                 base; every subclass has a stable snake_case ``code``
+    └── ConfigError             a colony tree that cannot be loaded (boot or --validate)
+
+Errors a *user* causes are reported with the file, the key, what is wrong and how to fix it;
+they never reach the user as a traceback. Bugs in the daemon itself are not ColonyErrors.
+"""
+
+from __future__ import annotations
+
+
+class ColonyError(Exception):
+    """Base of every error the daemon reports on purpose."""
+
+    code = "colony_error"
+
+
+class ConfigError(ColonyError):
+    """The colony tree has at least one error-level diagnostic.
+
+    It carries every diagnostic found, not just the first: a user fixing a tree wants the
+    whole list in one run.
+    """
+
+    code = "config_invalid"
+
+    def __init__(self, diagnostics: list[object]) -> None:
+        self.diagnostics = diagnostics
+        super().__init__(f"the colony tree has {len(diagnostics)} problem(s)")

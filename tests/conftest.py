@@ -1,0 +1,51 @@
+"""Shared test helpers: colony trees written into a temporary folder."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures"
+
+CONTRACT = {"version": "1", "settings": {}, "consumes": {}}
+
+
+def cell(cell_type: str, params: Any = None, **cell_keys: Any) -> dict[str, Any]:
+    """A minimal valid config.json for a non-hive cell."""
+    doc: dict[str, Any] = {"cell": {"type": cell_type, **cell_keys}, "contract": dict(CONTRACT)}
+    if params is not None:
+        doc["params"] = params
+    return doc
+
+
+def hive(*edges: dict[str, Any], **params: Any) -> dict[str, Any]:
+    """A hive config.json with these edges."""
+    return {"cell": {"type": "hive"}, "params": {"graph": {"edges": list(edges)}, **params}}
+
+
+def write_tree(root: Path, files: Mapping[str, Any]) -> Path:
+    """Write ``{relative path: JSON value or raw text}`` under ``root``; returns ``root``."""
+    for rel, content in files.items():
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        text = content if isinstance(content, str) else json.dumps(content, indent=2)
+        target.write_text(text, encoding="utf-8")
+    return root
+
+
+TreeFactory = Callable[[Mapping[str, Any]], Path]
+
+
+@pytest.fixture
+def make_tree(tmp_path: Path) -> TreeFactory:
+    counter = iter(range(1_000_000))
+
+    def factory(files: Mapping[str, Any]) -> Path:
+        return write_tree(tmp_path / f"colony{next(counter)}", files)
+
+    return factory

@@ -1,0 +1,236 @@
+"""``meclaw --root DIR --validate``: exit codes, output formats, and never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from colony.cli import app
+from tests.conftest import CONTRACT, FIXTURES, TreeFactory, cell, hive
+
+runner = CliRunner(env={"MECLAW_TEST_UNSET": None})
+
+
+def meclaw(*args: str) -> Any:
+    result = runner.invoke(app, list(args))
+    # Anything but a clean exit is a bug: the CLI must never let an exception escape.
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result
+
+
+def with_cell(doc: dict[str, Any]) -> dict[str, Any]:
+    return {"main/config.json": hive(), "main/w/config.json": doc}
+
+
+def edge_tree(edge: dict[str, Any]) -> dict[str, Any]:
+    return {"main/config.json": hive(edge), "main/a/config.json": cell("code")}
+
+
+def drop(doc: dict[str, Any], key: str) -> dict[str, Any]:
+    doc = json.loads(json.dumps(doc))
+    del doc["contract"][key]
+    return doc
+
+
+ERROR_TREES: dict[str, tuple[dict[str, Any], str]] = {
+    "invalid json": ({"main/config.json": '{"cell": {"type": "hive"},}'}, "invalid_json"),
+    "unknown key": (with_cell(cell("code", restart_limt=1)), "unknown_key"),
+    "unknown cell type": (with_cell(cell("llm2")), "unknown_cell_type"),
+    "no contract": (with_cell({"cell": {"type": "code"}}), "contract_incomplete"),
+    "no contract version": (with_cell(drop(cell("code"), "version")), "contract_incomplete"),
+    "no contract settings": (with_cell(drop(cell("code"), "settings")), "contract_incomplete"),
+    "no contract consumes": (with_cell(drop(cell("code"), "consumes")), "contract_incomplete"),
+    "mailbox size zero": (with_cell(cell("code", mailbox_size=0)), "mailbox_size_zero"),
+    "bad emits type": (
+        with_cell(
+            {
+                "cell": {"type": "code"},
+                "contract": {**CONTRACT, "emits": {"body": {"x": {"type": "text"}}}},
+            }
+        ),
+        "invalid_emits_type",
+    ),
+    "condition syntax": (edge_tree({"from": ".", "to": "a", "condition": "hop.x =="}), "condition_syntax"),
+    "modifier syntax": (
+        edge_tree({"from": ".", "to": "a", "modifier": {"set_hop": {"k": "'unclosed"}}}),
+        "modifier_syntax",
+    ),
+    "restore_ttl without condition": (
+        edge_tree({"from": ".", "to": "a", "modifier": {"restore_ttl": True}}),
+        "restore_ttl_unconditional",
+    ),
+    "missing variable": (with_cell(cell("llm", {"api_key": "${MECLAW_TEST_UNSET}"})), "env_var_missing"),
+    "unsupported substitution": (with_cell(cell("llm", {"k": "${A:=b}"})), "unsupported_substitution"),
+    "no root": ({"readme.md": "nothing here"}, "no_root"),
+    "several roots": ({"a/config.json": hive(), "b/config.json": hive()}, "multiple_roots"),
+    "bad colony.json": ({"colony.json": {"schema_version": 7}, "main/config.json": hive()}, "schema_version_unsupported"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ERROR_TREES))
+def test_each_kind_of_error_exits_1_and_names_its_code(make_tree: TreeFactory, name: str) -> None:
+    files, code = ERROR_TREES[name]
+    root = make_tree(files)
+    result = meclaw("--root", str(root), "--validate")
+    assert result.exit_code == 1
+    assert f"error[{code}]" in result.stderr
+    assert result.stderr.rstrip().endswith("invalid (1 error(s), 0 warning(s))")
+
+
+WARNING_TREES: dict[str, tuple[dict[str, Any], str]] = {
+    "dangling endpoint": ({"main/config.json": hive({"from": ".", "to": "/sink"})}, "dangling_endpoint"),
+    "unknown colony endpoint": (
+        {"main/config.json": hive({"from": ".", "to": "/colony/dead_letters"})},
+        "colony_endpoint_unknown",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WARNING_TREES))
+def test_a_warning_exits_0_and_1_under_validate_strict(make_tree: TreeFactory, name: str) -> None:
+    files, code = WARNING_TREES[name]
+    root = make_tree(files)
+    plain = meclaw("--root", str(root), "--validate")
+    assert plain.exit_code == 0
+    assert f"warning[{code}]" in plain.stderr
+    strict = meclaw("--root", str(root), "--validate", "--validate-strict")
+    assert strict.exit_code == 1
+    assert f"error[{code}]" in strict.stderr
+
+
+def test_validate_strict_alone_implies_validate(make_tree: TreeFactory) -> None:
+    root = make_tree(WARNING_TREES["dangling endpoint"][0])
+    assert meclaw("--root", str(root), "--validate-strict").exit_code == 1
+
+
+def test_a_valid_tree_exits_0_and_says_so() -> None:
+    result = meclaw("--root", str(FIXTURES / "trees" / "nested"), "--validate")
+    assert result.exit_code == 0
+    assert result.stderr.rstrip().endswith("valid (0 error(s), 0 warning(s))")
+
+
+def test_three_mistakes_in_three_files_are_reported_in_one_run() -> None:
+    result = meclaw("--root", str(FIXTURES / "trees" / "three-mistakes"), "--validate")
+    assert result.exit_code == 1
+    for code in ("unknown_key", "unknown_cell_type", "mailbox_size_zero"):
+        assert f"error[{code}]" in result.stderr
+    assert "invalid (3 error(s), 0 warning(s))" in result.stderr
+
+
+def test_text_diagnostics_name_file_line_json_path_and_fix() -> None:
+    root = FIXTURES / "trees" / "three-mistakes"
+    result = meclaw("--root", str(root), "--validate")
+    prefix = os.path.relpath(root).replace(os.sep, "/")
+    assert (
+        f"{prefix}/main/config.json:11:11: error[unknown_key] at "
+        "params.graph.edges[0].conditon: unknown key 'conditon'" in result.stderr
+    )
+    assert "    fix: did you mean 'condition'?" in result.stderr
+
+
+def test_json_format_prints_one_object_on_stdout() -> None:
+    result = meclaw("--root", str(FIXTURES / "trees" / "three-mistakes"), "--validate", "--format", "json")
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    assert doc["valid"] is False
+    assert doc["errors"] == 3
+    first = doc["diagnostics"][0]
+    assert first == {
+        "severity": "error",
+        "code": "unknown_key",
+        "file": "main/config.json",
+        "path": "params.graph.edges[0].conditon",
+        "line": 11,
+        "column": 11,
+        "message": "unknown key 'conditon'",
+        "hint": "did you mean 'condition'? Keys allowed here: from, to, condition, modifier.",
+        "related": [],
+    }
+
+
+def test_github_format_prints_annotations_pointing_at_repository_files() -> None:
+    root = FIXTURES / "trees" / "dangling"
+    result = meclaw("--root", str(root), "--validate", "--format", "github")
+    assert result.exit_code == 0
+    prefix = os.path.relpath(root).replace(os.sep, "/")
+    [annotation] = [line for line in result.stdout.splitlines() if line.startswith("::")]
+    assert annotation.startswith(
+        f"::warning file={prefix}/main/config.json,line=10,col=11,title=meclaw dangling_endpoint::"
+    )
+
+
+def test_a_root_that_does_not_exist_is_a_usage_error(tmp_path: Path) -> None:
+    result = meclaw("--root", str(tmp_path / "nope"), "--validate")
+    assert result.exit_code == 2
+    assert "no such folder" in result.stderr
+
+
+def test_an_env_file_that_does_not_exist_is_a_usage_error(make_tree: TreeFactory) -> None:
+    root = make_tree({"main/config.json": hive()})
+    result = meclaw("--root", str(root), "--validate", "--env", str(root / "missing.env"))
+    assert result.exit_code == 2
+
+
+@pytest.mark.parametrize("args", [["--bogus"], ["--validate", "--format", "xml"]])
+def test_unknown_flags_and_values_are_usage_errors(make_tree: TreeFactory, args: list[str]) -> None:
+    root = make_tree({"main/config.json": hive()})
+    assert meclaw("--root", str(root), *args).exit_code == 2
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p.relative_to(root)): (p.stat().st_mtime_ns, p.stat().st_size)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def test_validate_creates_locks_and_writes_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "tree"
+    shutil.copytree(FIXTURES / "trees" / "nested", root)
+    before = snapshot(root)
+    assert meclaw("--root", str(root), "--validate").exit_code == 0
+    assert meclaw("--root", str(root), "--validate-strict", "--format", "json").exit_code == 0
+    assert snapshot(root) == before
+
+
+def test_meclaws_dangling_sink_fixture_shape_warns_and_fails_only_under_strict(
+    make_tree: TreeFactory,
+) -> None:
+    # meclaw's own fixtures route finished turns to /sink and /park, cells its tests spawn
+    # at runtime: --validate cannot see them.
+    root = make_tree(
+        {
+            "main/config.json": hive(
+                {"from": ".", "to": "./loop"},
+                {"from": "./loop", "to": "/sink", "condition": "has(hop.done)"},
+                {"from": "./loop", "to": "/park", "condition": "!has(hop.done)"},
+            ),
+            "main/loop/config.json": cell("code"),
+        }
+    )
+    assert meclaw("--root", str(root), "--validate").exit_code == 0
+    assert meclaw("--root", str(root), "--validate", "--validate-strict").exit_code == 1
+
+
+def test_the_installed_command_reports_without_a_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "bad"
+    (bad / "main").mkdir(parents=True)
+    (bad / "main" / "config.json").write_text('{"cell": ')
+    exe = Path(sys.executable).with_name("meclaw")
+    for args, code in (
+        (["--root", str(bad), "--validate"], 1),
+        (["--root", str(FIXTURES / "trees" / "nested"), "--validate"], 0),
+        (["--root", str(tmp_path / "absent"), "--validate"], 2),
+        (["--version"], 0),
+    ):
+        done = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=60)
+        assert done.returncode == code, (args, done.stderr)
+        assert "Traceback" not in done.stderr + done.stdout
