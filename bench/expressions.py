@@ -12,11 +12,8 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from colony.expressions import JsonValue, available_engines, make_engine  # noqa: E402
+from colony.expressions import JsonValue, available_engines, make_engine
 
 CONDITION = "has(hop.route) && hop.route == 'fire' && int(context.iter) < 12"
 HOP: dict[str, JsonValue] = {"route": "fire", "tokens_prompt": "120", "from": "planner"}
@@ -45,19 +42,24 @@ def calls_per_second(call: Callable[[], object]) -> float:
     return statistics.median(rates)
 
 
+def measure(name: str) -> tuple[float, float]:
+    """(evaluations per second, messages per second) for one engine."""
+    engine = make_engine(name)
+    program = engine.compile(CONDITION)
+    activation = engine.activation({"hop": HOP, "context": CONTEXT})
+    if program.evaluate(activation) is not True:
+        raise SystemExit(f"{name}: the benchmark condition does not hold")
+    evaluate = calls_per_second(lambda: program.evaluate(activation))
+    per_message = calls_per_second(
+        lambda: program.evaluate(engine.activation({"hop": HOP, "context": CONTEXT}))
+    )
+    return evaluate, per_message
+
+
 def main() -> int:
     results: dict[str, float] = {}
     for name in available_engines():
-        engine = make_engine(name)
-        program = engine.compile(CONDITION)
-        activation = engine.activation({"hop": HOP, "context": CONTEXT})
-        if program.evaluate(activation) is not True:
-            raise SystemExit(f"{name}: the benchmark condition did not hold")
-
-        evaluate = calls_per_second(lambda: program.evaluate(activation))
-        per_message = calls_per_second(
-            lambda: program.evaluate(engine.activation({"hop": HOP, "context": CONTEXT}))
-        )
+        evaluate, per_message = measure(name)
         results[name] = evaluate
         print(
             f"{name:>16}: {evaluate:>11,.0f} evals/s  {1e6 / evaluate:8.2f} µs/eval   "

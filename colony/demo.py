@@ -18,7 +18,9 @@ HELLO = Path(__file__).resolve().parent.parent / "topologies" / "hello"
 
 def main() -> int:
     diagnostics = validate(HELLO, cell_types=BUILTIN_CELL_TYPES)
-    sys.stdout.write(render_text(diagnostics, root="topologies/hello", file_prefix="topologies/hello/"))
+    sys.stdout.write(
+        render_text(diagnostics, root="topologies/hello", file_prefix="topologies/hello/")
+    )
     sys.stdout.write(
         "The offline demo colony arrives with the shipped topologies; today `make run` checks\n"
         "topologies/hello exactly as `meclaw --root topologies/hello --validate` would.\n"

@@ -330,7 +330,9 @@ class _CelExprEngine(Engine):
     def activation(self, values: Mapping[str, JsonValue]) -> Activation:
         # The binding converts lazily: a value it cannot represent (an int beyond
         # uint64, say) makes that variable an error value when an expression reads it.
-        return Activation(self, self._env.Activation(dict(values)))
+        return Activation(
+            self, self._env.Activation(values if type(values) is dict else dict(values))
+        )
 
 
 # --------------------------------------------------------------------------- cel-python
@@ -501,19 +503,36 @@ def _numeric_comparisons(celtypes: Any, evaluation: Any) -> dict[str, Any]:
         # Python compares int with float exactly, so no precision is lost here.
         return float(v) if isinstance(v, double) else int(v)
 
+    def is_number(v: Any) -> bool:
+        # celpy's BoolType subclasses IntType, but in CEL a bool is never a number.
+        return isinstance(v, numbers) and not isinstance(v, make_bool)
+
     def comparison(
         compare: Callable[[Any, Any], bool], fallback: Callable[[Any, Any], Any]
     ) -> Callable[[Any, Any], Any]:
         def apply(a: Any, b: Any) -> Any:
-            if type(a) is not type(b) and isinstance(a, numbers) and isinstance(b, numbers):
+            if type(a) is not type(b) and is_number(a) and is_number(b):
                 return make_bool(compare(numeric(a), numeric(b)))
             return fallback(a, b)
 
         return apply
 
+    def equality(negate: bool, fallback: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        ordered = comparison(operator.ne if negate else operator.eq, fallback)
+
+        def apply(a: Any, b: Any) -> Any:
+            # CEL equality across kinds is simply false (true == 1, 1 == null), never an error.
+            if isinstance(a, make_bool) is not isinstance(b, make_bool) or (a is None) is not (
+                b is None
+            ):
+                return make_bool(negate)
+            return ordered(a, b)
+
+        return apply
+
     return {
-        "_==_": comparison(operator.eq, evaluation.bool_eq),
-        "_!=_": comparison(operator.ne, evaluation.bool_ne),
+        "_==_": equality(False, evaluation.bool_eq),
+        "_!=_": equality(True, evaluation.bool_ne),
         "_<_": comparison(operator.lt, evaluation.bool_lt),
         "_<=_": comparison(operator.le, evaluation.bool_le),
         "_>_": comparison(operator.gt, evaluation.bool_gt),

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from enum import Enum
+from enum import StrEnum
 
 from colony.config.jsonpos import Path as JsonPath
 
 
-class Severity(str, Enum):
+class Severity(StrEnum):
     """How much a finding matters."""
 
     ERROR = "error"

@@ -157,7 +157,9 @@ class _FileDiagnostics:
         hint: str | None = None,
         related: tuple[str, ...] = (),
     ) -> None:
-        self.add(Diagnostic(Severity.WARNING, code, message, self.file, path, hint, None, None, related))
+        self.add(
+            Diagnostic(Severity.WARNING, code, message, self.file, path, hint, None, None, related)
+        )
 
     def sorted(self) -> list[Diagnostic]:
         return sorted(self.items, key=lambda d: (d.line or 0, d.column or 0))
@@ -324,9 +326,7 @@ class _TreeLoader:
             return
         if not isinstance(cell_type, str) or cell_type in self.cell_types:
             return
-        shown = (
-            "the substituted type" if ("cell", "type") in substituted else repr(cell_type)
-        )
+        shown = "the substituted type" if ("cell", "type") in substituted else repr(cell_type)
         guess = closest(cell_type, self.cell_types)
         hint = f"did you mean '{guess}'? " if guess else ""
         hint += f"Known cell types: {', '.join(self.cell_types)}."
@@ -389,7 +389,9 @@ class _TreeLoader:
                 written = edge.get(end)
                 if isinstance(written, str):
                     self.endpoints.append(
-                        _EndpointRef(file, out.text, (*at, end), written, paths.resolve(scope, written))
+                        _EndpointRef(
+                            file, out.text, (*at, end), written, paths.resolve(scope, written)
+                        )
                     )
             condition = edge.get("condition")
             if isinstance(condition, str) and (*at, "condition") not in broken:
@@ -412,7 +414,7 @@ class _TreeLoader:
                     "restore the budget of every message it takes and a loop through it "
                     "could never end",
                     (*at, "modifier", "restore_ttl"),
-                    "add a bounding condition such as \"int(context.iter) < 12\".",
+                    'add a bounding condition such as "int(context.iter) < 12".',
                 )
 
     def _check_expression(
@@ -425,8 +427,7 @@ class _TreeLoader:
                 Diagnostic(
                     Severity.ERROR,
                     f"{kind}_syntax",
-                    f"the {kind} expression does not parse: {exc.reason} "
-                    f"(column {exc.column})",
+                    f"the {kind} expression does not parse: {exc.reason} (column {exc.column})",
                     out.file,
                     where,
                     "fix the CEL syntax; conditions read only 'context' and 'hop'.",

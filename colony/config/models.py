@@ -345,8 +345,7 @@ class RequiredDrain(BaseModel):
         if mixed or not (port_form or lane_form):
             raise PydanticCustomError(
                 "invalid_drain",
-                "a required drain is either {{port, hop, because}} or "
-                "{{accepts, emits, because}}",
+                "a required drain is either {{port, hop, because}} or {{accepts, emits, because}}",
             )
         return self
 

@@ -142,14 +142,8 @@ def _one(
         keys = allowed_keys(model, loc[:-1])
         guess = closest(str(key), keys)
         hint = f"did you mean '{guess}'? " if guess else ""
-        hint += (
-            f"Keys allowed here: {', '.join(keys)}."
-            if keys
-            else "Remove the key."
-        )
-        return Diagnostic(
-            Severity.ERROR, "unknown_key", f"unknown key '{key}'", file, path, hint
-        )
+        hint += f"Keys allowed here: {', '.join(keys)}." if keys else "Remove the key."
+        return Diagnostic(Severity.ERROR, "unknown_key", f"unknown key '{key}'", file, path, hint)
     if kind == "missing":
         return Diagnostic(
             Severity.ERROR,

@@ -191,19 +191,23 @@ def test_the_operators_routing_conditions_use_work(
     assert type(result) is type(expected)
 
 
-def test_bool_never_equals_a_double_by_numeric_value(engine: Engine) -> None:
-    # cel-cpp answers false, cel-python "no matching overload"; the adapter's numeric
-    # comparisons must leave bool out rather than treat true as 1.
-    outcome: JsonValue | EvaluationError
-    try:
-        outcome = run(engine, "hop.b == 1.0", hop={"b": True})
-    except EvaluationError as error:
-        outcome = error
-    if isinstance(outcome, EvaluationError):
-        assert engine.name == "cel-python"
-        assert not outcome.missing_key
-    else:
-        assert outcome is False
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("hop.b == 1.0", False),
+        ("hop.b == 1", False),
+        ("hop.b != 1", True),
+        ("hop.n == null", False),
+        ("hop.n != null", True),
+        ("hop.b == true", True),
+    ],
+)
+def test_equality_across_kinds_is_false_not_an_error(
+    engine: Engine, source: str, expected: bool
+) -> None:
+    # CEL's heterogeneous equality: a bool is never a number, and values of different kinds
+    # are simply unequal. cel-python alone would say true == 1 or raise on 1 == null.
+    assert run(engine, source, hop={"b": True, "n": 1}) is expected
 
 
 def test_a_map_result_becomes_plain_json_compatible_python(engine: Engine) -> None:

@@ -58,7 +58,10 @@ ERROR_TREES: dict[str, tuple[dict[str, Any], str]] = {
         ),
         "invalid_emits_type",
     ),
-    "condition syntax": (edge_tree({"from": ".", "to": "a", "condition": "hop.x =="}), "condition_syntax"),
+    "condition syntax": (
+        edge_tree({"from": ".", "to": "a", "condition": "hop.x =="}),
+        "condition_syntax",
+    ),
     "modifier syntax": (
         edge_tree({"from": ".", "to": "a", "modifier": {"set_hop": {"k": "'unclosed"}}}),
         "modifier_syntax",
@@ -67,11 +70,20 @@ ERROR_TREES: dict[str, tuple[dict[str, Any], str]] = {
         edge_tree({"from": ".", "to": "a", "modifier": {"restore_ttl": True}}),
         "restore_ttl_unconditional",
     ),
-    "missing variable": (with_cell(cell("llm", {"api_key": "${MECLAW_TEST_UNSET}"})), "env_var_missing"),
-    "unsupported substitution": (with_cell(cell("llm", {"k": "${A:=b}"})), "unsupported_substitution"),
+    "missing variable": (
+        with_cell(cell("llm", {"api_key": "${MECLAW_TEST_UNSET}"})),
+        "env_var_missing",
+    ),
+    "unsupported substitution": (
+        with_cell(cell("llm", {"k": "${A:=b}"})),
+        "unsupported_substitution",
+    ),
     "no root": ({"readme.md": "nothing here"}, "no_root"),
     "several roots": ({"a/config.json": hive(), "b/config.json": hive()}, "multiple_roots"),
-    "bad colony.json": ({"colony.json": {"schema_version": 7}, "main/config.json": hive()}, "schema_version_unsupported"),
+    "bad colony.json": (
+        {"colony.json": {"schema_version": 7}, "main/config.json": hive()},
+        "schema_version_unsupported",
+    ),
 }
 
 
@@ -86,7 +98,10 @@ def test_each_kind_of_error_exits_1_and_names_its_code(make_tree: TreeFactory, n
 
 
 WARNING_TREES: dict[str, tuple[dict[str, Any], str]] = {
-    "dangling endpoint": ({"main/config.json": hive({"from": ".", "to": "/sink"})}, "dangling_endpoint"),
+    "dangling endpoint": (
+        {"main/config.json": hive({"from": ".", "to": "/sink"})},
+        "dangling_endpoint",
+    ),
     "unknown colony endpoint": (
         {"main/config.json": hive({"from": ".", "to": "/colony/dead_letters"})},
         "colony_endpoint_unknown",
@@ -137,7 +152,9 @@ def test_text_diagnostics_name_file_line_json_path_and_fix() -> None:
 
 
 def test_json_format_prints_one_object_on_stdout() -> None:
-    result = meclaw("--root", str(FIXTURES / "trees" / "three-mistakes"), "--validate", "--format", "json")
+    result = meclaw(
+        "--root", str(FIXTURES / "trees" / "three-mistakes"), "--validate", "--format", "json"
+    )
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     assert doc["valid"] is False

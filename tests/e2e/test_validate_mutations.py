@@ -16,14 +16,24 @@ from colony.cli import app
 from tests.conftest import FIXTURES
 
 NESTED = FIXTURES / "trees" / "nested"
-CONFIGS = sorted(p.relative_to(NESTED).as_posix() for p in NESTED.rglob("config.json") if "templates" not in p.parts)
+CONFIGS = sorted(
+    p.relative_to(NESTED).as_posix()
+    for p in NESTED.rglob("config.json")
+    if "templates" not in p.parts
+)
 CONFIGS.append("colony.json")
 
 runner = CliRunner()
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
     max_leaves=6,
 )
 expressions = st.text(
@@ -44,14 +54,17 @@ def paths_of(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 
 def run_validate(root: Path) -> Any:
     result = runner.invoke(app, ["--root", str(root), "--validate", "--format", "json"])
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(
+        result.exception
+    )
     assert "Traceback" not in result.stdout + result.stderr
     assert result.exit_code in (0, 1), result.stdout
     report = json.loads(result.stdout)
     assert report["valid"] is (result.exit_code == 0)
     assert (report["errors"] > 0) is (result.exit_code == 1)
     for d in report["diagnostics"]:
-        assert d["message"] and d["code"]
+        assert d["message"]
+        assert d["code"]
     return report
 
 
@@ -85,7 +98,9 @@ def mutate(data: st.DataObject, root: Path) -> tuple[str, str]:
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
-def test_a_mutated_tree_gets_diagnostics_and_a_verdict_never_a_traceback(data: st.DataObject) -> None:
+def test_a_mutated_tree_gets_diagnostics_and_a_verdict_never_a_traceback(
+    data: st.DataObject,
+) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "tree"
         shutil.copytree(NESTED, root)
@@ -93,7 +108,14 @@ def test_a_mutated_tree_gets_diagnostics_and_a_verdict_never_a_traceback(data: s
         run_validate(root)
 
 
-REQUIRED = [("cell",), ("cell", "type"), ("contract",), ("contract", "version"), ("contract", "settings"), ("contract", "consumes")]
+REQUIRED = [
+    ("cell",),
+    ("cell", "type"),
+    ("contract",),
+    ("contract", "version"),
+    ("contract", "settings"),
+    ("contract", "consumes"),
+]
 
 
 @settings(max_examples=40, deadline=None)

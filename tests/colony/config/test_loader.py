@@ -136,8 +136,16 @@ def test_unknown_top_level_keys_of_a_cell_are_kept_not_refused(make_tree: TreeFa
     ("where", "doc", "pointer"),
     [
         ("hive params", {"cell": {"type": "hive"}, "params": {"grahp": {}}}, "params.grahp"),
-        ("graph", {"cell": {"type": "hive"}, "params": {"graph": {"nodes": []}}}, "params.graph.nodes"),
-        ("edge", hive({"from": "a", "to": "b", "conditon": "true"}), "params.graph.edges[0].conditon"),
+        (
+            "graph",
+            {"cell": {"type": "hive"}, "params": {"graph": {"nodes": []}}},
+            "params.graph.nodes",
+        ),
+        (
+            "edge",
+            hive({"from": "a", "to": "b", "conditon": "true"}),
+            "params.graph.edges[0].conditon",
+        ),
         (
             "modifier",
             hive({"from": "a", "to": "b", "modifier": {"set_contex": {}}}),
@@ -148,7 +156,13 @@ def test_unknown_top_level_keys_of_a_cell_are_kept_not_refused(make_tree: TreeFa
 def test_unknown_keys_are_refused_wherever_meclaw_refuses_them(
     make_tree: TreeFactory, where: str, doc: dict[str, object], pointer: str
 ) -> None:
-    root = make_tree({"main/config.json": doc, "main/a/config.json": cell("code"), "main/b/config.json": cell("code")})
+    root = make_tree(
+        {
+            "main/config.json": doc,
+            "main/a/config.json": cell("code"),
+            "main/b/config.json": cell("code"),
+        }
+    )
     d = only(load(root))
     assert (d.code, d.pointer) == ("unknown_key", pointer), where
 
@@ -163,9 +177,7 @@ def test_unknown_keys_in_a_contract_are_tolerated_as_meclaw_drops_them(
 
 
 def test_a_value_of_the_wrong_type_names_the_expected_type(make_tree: TreeFactory) -> None:
-    root = make_tree(
-        {"main/config.json": hive(), "main/w/config.json": cell("code", timeout="5")}
-    )
+    root = make_tree({"main/config.json": hive(), "main/w/config.json": cell("code", timeout="5")})
     d = only(load(root))
     assert (d.code, d.pointer, d.message) == (
         "wrong_type",
@@ -175,7 +187,9 @@ def test_a_value_of_the_wrong_type_names_the_expected_type(make_tree: TreeFactor
 
 
 def test_a_missing_cell_type_is_an_error(make_tree: TreeFactory) -> None:
-    root = make_tree({"main/config.json": hive(), "main/w/config.json": {"cell": {}, "contract": CONTRACT}})
+    root = make_tree(
+        {"main/config.json": hive(), "main/w/config.json": {"cell": {}, "contract": CONTRACT}}
+    )
     d = only(load(root))
     assert (d.code, d.pointer) == ("missing_key", "cell.type")
 
@@ -216,7 +230,9 @@ def test_a_template_reference_in_a_live_tree_is_an_error(make_tree: TreeFactory)
 
 
 def test_mailbox_size_zero_is_an_error_with_a_fix(make_tree: TreeFactory) -> None:
-    root = make_tree({"main/config.json": hive(), "main/w/config.json": cell("code", mailbox_size=0)})
+    root = make_tree(
+        {"main/config.json": hive(), "main/w/config.json": cell("code", mailbox_size=0)}
+    )
     d = only(load(root))
     assert (d.code, d.pointer) == ("mailbox_size_zero", "cell.mailbox_size")
     assert d.hint is not None
@@ -358,7 +374,10 @@ def test_a_modifier_expression_that_does_not_parse_is_an_error_naming_its_key(
     edge = {"from": ".", "to": "a", "modifier": {"set_context": {"iter": "int(context.iter) +"}}}
     root = make_tree({"main/config.json": hive(edge), "main/a/config.json": cell("code")})
     d = only(load(root))
-    assert (d.code, d.pointer) == ("modifier_syntax", "params.graph.edges[0].modifier.set_context.iter")
+    assert (d.code, d.pointer) == (
+        "modifier_syntax",
+        "params.graph.edges[0].modifier.set_context.iter",
+    )
 
 
 def test_restore_ttl_without_a_condition_is_an_error(make_tree: TreeFactory) -> None:
@@ -393,7 +412,10 @@ def test_an_endpoint_that_resolves_to_nothing_is_a_warning_not_an_error(
 
 def test_a_dangling_endpoint_suggests_the_closest_existing_path(make_tree: TreeFactory) -> None:
     root = make_tree(
-        {"main/config.json": hive({"from": ".", "to": "./colector"}), "main/collector/config.json": cell("code")}
+        {
+            "main/config.json": hive({"from": ".", "to": "./colector"}),
+            "main/collector/config.json": cell("code"),
+        }
     )
     d = only(load(root))
     assert d.hint is not None
@@ -420,7 +442,10 @@ def test_an_expression_that_does_not_type_check_is_a_warning(make_tree: TreeFact
     from colony.expressions import make_engine
 
     root = make_tree(
-        {"main/config.json": hive({"from": ".", "to": "a", "condition": "hopp.x == 1"}), "main/a/config.json": cell("code")}
+        {
+            "main/config.json": hive({"from": ".", "to": "a", "condition": "hopp.x == 1"}),
+            "main/a/config.json": cell("code"),
+        }
     )
     result = load(root, engine=make_engine("cel-expr-python"))
     d = only(result)
@@ -452,7 +477,9 @@ def test_substituted_values_reach_the_loaded_config(make_tree: TreeFactory) -> N
         {
             ".env": "MODEL=small\n",
             "main/config.json": hive(),
-            "main/w/config.json": cell("llm", {"model": "${MODEL}", "url": "${URL:-http://127.0.0.1:9}"}),
+            "main/w/config.json": cell(
+                "llm", {"model": "${MODEL}", "url": "${URL:-http://127.0.0.1:9}"}
+            ),
         }
     )
     result = load(root)
@@ -463,7 +490,9 @@ def test_substituted_values_reach_the_loaded_config(make_tree: TreeFactory) -> N
 def test_the_env_flag_points_at_another_file(make_tree: TreeFactory, tmp_path: Path) -> None:
     other = tmp_path / "elsewhere.env"
     other.write_text("KEY=from-flag\n")
-    root = make_tree({"main/config.json": hive(), "main/w/config.json": cell("llm", {"k": "${KEY}"})})
+    root = make_tree(
+        {"main/config.json": hive(), "main/w/config.json": cell("llm", {"k": "${KEY}"})}
+    )
     assert not load(root).ok
     result = load(root, env_file=other)
     assert result.tree is not None

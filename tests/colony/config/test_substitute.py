@@ -1,9 +1,8 @@
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-import pytest
 
 from colony.config.substitute import (
     EnvFileError,
@@ -57,7 +56,10 @@ def test_a_lone_dollar_is_literal() -> None:
     assert subst("costs $5, $ alone, trailing $").value == "costs $5, $ alone, trailing $"
 
 
-@pytest.mark.parametrize("token", ["${V:=x}", "${V:?msg}", "${V:+x}", "${V-x}", "${V+x}", "${V?}", "${V=x}", "${uuid7:label}"])
+@pytest.mark.parametrize(
+    "token",
+    ["${V:=x}", "${V:?msg}", "${V:+x}", "${V-x}", "${V+x}", "${V?}", "${V=x}", "${uuid7:label}"],
+)
 def test_shell_forms_other_than_the_default_are_refused(token: str) -> None:
     result = subst({"k": token}, {"V": "1"})
     assert [(p.code, p.path, p.token) for p in result.problems] == [
@@ -120,7 +122,15 @@ def test_text_without_a_dollar_sign_is_never_changed(text: str) -> None:
     assert subst(text).value == text
 
 
-@given(st.recursive(st.text(alphabet="${}:-AB=x ", max_size=12), lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3), max_leaves=8))
+@given(
+    st.recursive(
+        st.text(alphabet="${}:-AB=x ", max_size=12),
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+        ),
+        max_leaves=8,
+    )
+)
 def test_substitution_never_raises_on_any_document(doc: object) -> None:
     result = subst(doc, {"A": "1"}, {"B": ""})
     for problem in result.problems:
