@@ -8,6 +8,7 @@ error was found. It creates, locks and writes nothing.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +44,35 @@ COLONY_ENDPOINTS = frozenset(
 _MECLAW_ONLY_TYPES = frozenset({"edit", "mcp", "harness", "subcolony", "vault"})
 
 _CONTRACT_PARTS = ("version", "settings", "consumes")
+_CONTRACT_KEYS = (
+    *_CONTRACT_PARTS,
+    "emits",
+    "multi_send_capable",
+    "ingress",
+    "write_surface",
+    "transfer",
+)
+
+
+def _check_near_misses(
+    block: dict[str, Any], where: JsonPath, known: tuple[str, ...], out: _FileDiagnostics
+) -> None:
+    """Warn about a key of an open block that looks like a typo of a known one.
+
+    meclaw ignores unknown keys here, so refusing them would break real trees; but
+    ``"parmas"`` silently dropping a cell's params deserves a word.
+    """
+    for key in block:
+        if key in known:
+            continue
+        guess = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
+        if guess:
+            out.warning(
+                "suspicious_key",
+                f"'{key}' is ignored here; it looks like a misspelt '{guess[0]}'",
+                (*where, key),
+                f"rename it to '{guess[0]}', or to something less similar if it is a note.",
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,10 +316,14 @@ class _TreeLoader:
 
         if isinstance(cell, dict):
             self._check_cell_block(cell, out, result.substituted_paths)
+        _check_near_misses(doc, (), ("cell", "params", "contract"), out)
         if is_hive:
             self._check_graph(node.path, file, doc, out, broken)
         else:
             self._check_contract(doc, out)
+            contract = doc.get("contract")
+            if isinstance(contract, dict):
+                _check_near_misses(contract, ("contract",), _CONTRACT_KEYS, out)
 
         if has_errors(out.items) or parsed is None:
             return

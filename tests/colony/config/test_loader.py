@@ -176,6 +176,24 @@ def test_unknown_keys_in_a_contract_are_tolerated_as_meclaw_drops_them(
     assert load(root).diagnostics == []
 
 
+@pytest.mark.parametrize(
+    ("typo", "pointer"), [("parmas", "parmas"), ("contract.emit", "contract.emit")]
+)
+def test_a_key_that_looks_like_a_misspelt_known_key_is_a_warning(
+    make_tree: TreeFactory, typo: str, pointer: str
+) -> None:
+    doc = cell("code")
+    if typo.startswith("contract."):
+        doc["contract"][typo.split(".")[1]] = {}
+    else:
+        doc[typo] = {}
+    root = make_tree({"main/config.json": hive(), "main/w/config.json": doc})
+    result = load(root)
+    d = only(result)
+    assert (d.severity, d.code, d.pointer) == (Severity.WARNING, "suspicious_key", pointer)
+    assert result.ok
+
+
 def test_a_value_of_the_wrong_type_names_the_expected_type(make_tree: TreeFactory) -> None:
     root = make_tree({"main/config.json": hive(), "main/w/config.json": cell("code", timeout="5")})
     d = only(load(root))
