@@ -7,6 +7,11 @@ already, so a tree that uses them validates today.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from colony.cell import CellType
+
 BUILTIN_CELL_TYPES: frozenset[str] = frozenset(
     {
         "bash",
@@ -21,3 +26,11 @@ BUILTIN_CELL_TYPES: frozenset[str] = frozenset(
     }
 )
 """Every non-hive ``cell.type`` a colony tree may use."""
+
+
+def implemented_cell_types() -> dict[str, CellType]:
+    """Cell types with an implementation in this build, by name.
+
+    Imported lazily so that loading a tree never imports every cell's dependencies.
+    """
+    return {}

@@ -25,6 +25,6 @@ class ConfigError(ColonyError):
 
     code = "config_invalid"
 
-    def __init__(self, diagnostics: list[object]) -> None:
+    def __init__(self, diagnostics: list[object], report: str | None = None) -> None:
         self.diagnostics = diagnostics
-        super().__init__(f"the colony tree has {len(diagnostics)} problem(s)")
+        super().__init__(report or f"the colony tree has {len(diagnostics)} problem(s)")

@@ -1,0 +1,573 @@
+"""The running colony: it owns the cells and carries out routing decisions.
+
+Routing happens in the task of whoever produced the message (the ingress, or the cell whose
+emission it is), so a cell's emissions are routed in the order it made them and a full mailbox
+slows exactly the producers feeding it. Each routing call runs to completion, including the
+transits and error replies it causes (a FIFO work list), before the next emission is routed.
+
+Everything with a side effect lives here, around :func:`colony.routing.decide`: mailbox puts,
+dead letters and message-log rows (handed to the ``colony.db`` writer thread, never awaited),
+and log lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from colony.activity import active_cells
+from colony.cell import CellSpec, CellType, Emission, Output
+from colony.config.loader import ColonyTree
+from colony.config.models import CellBlock, ColonyConfig, Contract
+from colony.contracts import emits_violation
+from colony.dead_letters import DeadLetter, DeadLetterCode
+from colony.edges import EdgeTable, Skipped, compile_edge
+from colony.envelope import Envelope, Headers, JsonObject, split_content
+from colony.errors import ColonyError
+from colony.expressions import Engine, default_engine
+from colony.ids import uuid7
+from colony.mailbox import MemoryMailbox
+from colony.paths import is_colony_endpoint
+from colony.persist.db import ColonyDb
+from colony.routing import (
+    Deliver,
+    Endpoint,
+    Expired,
+    Inactive,
+    InvalidEndpoint,
+    RoutingTable,
+    Transit,
+    Unresolved,
+    cascade_reply,
+    decide,
+    emission_follow_ups,
+    substrate_reply,
+    transit_follow_ups,
+    ttl_notice,
+)
+from colony.runner import CellRunner
+from colony.ubf import body_problem
+
+EXTERNAL = "@external"
+"""``from_path`` of message-log rows for messages born outside the colony."""
+
+
+class BootError(ColonyError):
+    """The tree loaded but cannot run (dangling endpoint, cell type not available, …)."""
+
+    code = "boot_failed"
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+@dataclass(frozen=True, slots=True)
+class ExtraCell:
+    """A cell the embedding code adds before boot (the harness's capture cells)."""
+
+    path: str
+    cell_type: CellType
+    params: Any = None
+
+
+class Colony:
+    """One running colony. Build it with :meth:`from_tree`, then ``await start()``."""
+
+    def __init__(
+        self,
+        *,
+        root: Path,
+        config: ColonyConfig,
+        edges: EdgeTable,
+        hives: frozenset[str],
+        db: ColonyDb,
+        log: Any,
+        log_messages: bool = True,
+    ) -> None:
+        self.root = root
+        self.config = config
+        self.edges = edges
+        self.hives = hives
+        self.db = db
+        self.log = log
+        self.log_messages = log_messages
+        self.runners: dict[str, CellRunner] = {}
+        self.table = RoutingTable(self.runners, hives, edges)
+        self.decisions = 0
+        """Routing decisions taken so far (each one costs a message one TTL unit)."""
+        self.dead_lettered = 0
+        self._pending = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._started = False
+
+    # -- building -----------------------------------------------------------------------------
+
+    @classmethod
+    def from_tree(
+        cls,
+        tree: ColonyTree,
+        cell_types: Mapping[str, CellType],
+        *,
+        db: ColonyDb,
+        log: Any,
+        extra: Sequence[ExtraCell] = (),
+        engine: Engine | None = None,
+        log_messages: bool = True,
+    ) -> Colony:
+        """Wire a loaded tree into a colony; raises :class:`BootError` listing every problem."""
+        engine = engine or default_engine()
+        problems: list[str] = []
+        for node in tree.cells.values():
+            if node.type not in cell_types:
+                problems.append(
+                    f"{node.file}: cell type '{node.type}' is not available in this build "
+                    f"(available: {', '.join(sorted(cell_types))})"
+                )
+        edges = EdgeTable((compile_edge(d, engine) for d in tree.edges), engine)
+        known = set(tree.cells) | set(tree.hives) | {e.path for e in extra} | {"/"}
+        for decl in tree.edges:
+            for end in (decl.from_path, decl.to_path):
+                if end not in known and not is_colony_endpoint(end):
+                    problems.append(
+                        f"{decl.file}: edge {decl.index} of {decl.scope} names {end}, which is "
+                        "no cell, hive or /colony endpoint (dangling endpoint)"
+                    )
+        if problems:
+            raise BootError(problems)
+
+        colony = cls(
+            root=tree.root,
+            config=tree.colony,
+            edges=edges,
+            hives=frozenset(tree.hives),
+            db=db,
+            log=log,
+            log_messages=log_messages,
+        )
+        activity = active_cells(
+            list(tree.cells), tree.hives, ((d.from_path, d.to_path) for d in tree.edges)
+        )
+        known_ids = db.registry_ids()
+        for node in tree.cells.values():
+            spec = CellSpec(
+                path=node.path,
+                type=node.type,
+                folder=node.folder,
+                params=node.config.params,
+                contract=node.config.contract,
+                cell=node.config.cell,
+                colony=tree.colony,
+            )
+            colony._add(spec, cell_types[node.type], activity[node.path], known_ids)
+        for cell in extra:
+            spec = CellSpec(
+                path=cell.path,
+                type=cell.cell_type.name,
+                folder=None,
+                params=cell.params,
+                contract=Contract(version="1", settings={}),
+                cell=CellBlock(type=cell.cell_type.name, timeout=-1),
+                colony=tree.colony,
+            )
+            colony._add(spec, cell.cell_type, True, known_ids)
+        return colony
+
+    def _add(
+        self, spec: CellSpec, cell_type: CellType, active: bool, ids: Mapping[str, str]
+    ) -> None:
+        capacity = spec.cell.mailbox_size or self.config.mailbox_default_capacity
+        runner = CellRunner(
+            self,
+            spec,
+            cell_type,
+            MemoryMailbox(capacity),
+            cell_id=ids.get(spec.path) or uuid7(),
+            active=active,
+        )
+        self.runners[spec.path] = runner
+        self.db.set_registry(spec.path, runner.cell_id, cell_type.name, _status(runner))
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        for runner in self.runners.values():
+            runner.start()
+        self._started = True
+        self.log.info(
+            "colony_started",
+            root=str(self.root),
+            cells=len(self.runners),
+            hives=len(self.hives),
+            edges=len(self.edges),
+        )
+
+    async def stop(self) -> None:
+        """Stop every cell and commit what the writer holds. Queued messages are dropped with
+        a log line naming how many (delivery is at-most-once)."""
+        queued = sum(r.mailbox.qsize() for r in self.runners.values())
+        for runner in self.runners.values():
+            await runner.stop()
+        if queued:
+            self.log.warning("shutdown_dropped_messages", queued=queued)
+        await self.db.flush()
+        self.log.info("colony_stopped", decisions=self.decisions, dead_letters=self.dead_lettered)
+
+    # -- accounting for settle() ----------------------------------------------------------------
+
+    def message_queued(self) -> None:
+        self._pending += 1
+        self._idle.clear()
+
+    def message_done(self) -> None:
+        self._pending -= 1
+        if self._pending == 0:
+            self._idle.set()
+
+    @property
+    def busy(self) -> bool:
+        return self._pending > 0
+
+    async def wait_idle(self) -> None:
+        """Return once no message is queued, being handled or being routed anywhere."""
+        while True:
+            await self._idle.wait()
+            for _ in range(3):  # let tasks woken by the last hand-off run
+                await asyncio.sleep(0)
+            if self._pending == 0:
+                return
+
+    # -- ingress ------------------------------------------------------------------------------
+
+    async def send(self, message: Envelope, sender: str = "/") -> None:
+        """Route a message born outside the colony (HTTP, stdio, a test)."""
+        self.message_queued()
+        try:
+            await self.route(sender, message)
+        finally:
+            self.message_done()
+
+    # -- routing ------------------------------------------------------------------------------
+
+    async def route(self, sender: str, message: Envelope) -> None:
+        """Route one message and everything its transits and error replies cause."""
+        work: deque[tuple[str, Envelope]] = deque(((sender, message),))
+        while work:
+            who, item = work.popleft()
+            await self._route_one(who, item, work)
+
+    async def _route_one(
+        self, sender: str, message: Envelope, work: deque[tuple[str, Envelope]]
+    ) -> None:
+        decision = decide(sender, message, self.table)
+        kind = type(decision)
+        if kind is Deliver:
+            assert isinstance(decision, Deliver)
+            self.decisions += 1
+            message.ttl = decision.ttl
+            message.target = decision.resolved
+            await decision.cell.deliver(message, sender)
+            if self.log_messages:
+                origin = EXTERNAL if message.parent_message_id is None else sender
+                self.db.log(message, origin, decision.resolved)
+        elif kind is Transit:
+            assert isinstance(decision, Transit)
+            self.decisions += 1
+            message.ttl = decision.ttl
+            if self.log_messages:
+                origin = EXTERNAL if message.parent_message_id is None else sender
+                self.db.log(message, origin, decision.hive)
+            if decision.skipped:
+                self._log_skipped(decision.skipped, message)
+            if decision.taken:
+                for copy in transit_follow_ups(message, decision, self.config.message_default_ttl):
+                    work.append((decision.hive, copy))
+            else:
+                self._dead(
+                    DeadLetterCode.HIVE_NO_ROUTE,
+                    message.reply_to or decision.hive,
+                    message.target,
+                    decision.hive,
+                    message,
+                    "no out-edge of the hive matched the message",
+                )
+        elif kind is Expired:
+            assert isinstance(decision, Expired)
+            self.decisions += 1
+            self._expired(sender, message, decision.resolved, work)
+        elif kind is Inactive:
+            assert isinstance(decision, Inactive)
+            self._dead(
+                DeadLetterCode.CELL_INACTIVE,
+                sender,
+                message.target,
+                decision.resolved,
+                message,
+                "the target cell is inactive or failed",
+            )
+        elif kind is Unresolved:
+            assert isinstance(decision, Unresolved)
+            self.decisions += 1
+            message.ttl = decision.ttl
+            if message.reply_to is not None:
+                self.log.warning(
+                    "unresolved_path_reply",
+                    sender=sender,
+                    target=decision.resolved,
+                    reply_to=message.reply_to,
+                    trace_id=message.trace_id,
+                    message_id=message.id,
+                )
+                work.append(("/colony", cascade_reply(message, decision.resolved, decision.ttl)))
+            else:
+                self._dead(
+                    DeadLetterCode.UNRESOLVED_PATH,
+                    sender,
+                    message.target,
+                    decision.resolved,
+                    message,
+                    "no cell or hive at this path",
+                )
+        elif kind is InvalidEndpoint:
+            assert isinstance(decision, InvalidEndpoint)
+            self.decisions += 1
+            message.ttl = decision.ttl
+            self._dead(
+                DeadLetterCode.COLONY_ENDPOINT_INVALID,
+                sender,
+                message.target,
+                decision.resolved,
+                message,
+                "/colony itself is not an endpoint",
+            )
+        else:
+            assert isinstance(decision, Endpoint)
+            self.decisions += 1
+            message.ttl = decision.ttl
+            self._dead(
+                DeadLetterCode.COLONY_ENDPOINT_UNIMPLEMENTED,
+                sender,
+                message.target,
+                decision.resolved,
+                message,
+                f"{decision.resolved} answers no routed messages in this version",
+            )
+
+    def _expired(
+        self, sender: str, message: Envelope, resolved: str, work: deque[tuple[str, Envelope]]
+    ) -> None:
+        default_ttl = self.config.message_default_ttl
+        self.log.error(
+            "ttl_expired",
+            message_id=message.id,
+            sender=sender,
+            target=resolved,
+            trace_id=message.trace_id,
+            reason="ttl_expired",
+            message_default_ttl=default_ttl,
+            detail="message died of TTL exhaustion — terminal, dead-lettered, nothing reaches "
+            "the origin; a loop may need a larger colony.json message_default_ttl or a "
+            "bounded restore_ttl edge",
+        )
+        self.dead_lettered += 1
+        self.db.dead_letter(
+            DeadLetter(DeadLetterCode.TTL_EXPIRED, sender, message.target, message.target, message)
+        )
+        if self.config.ttl_notice and message.reply_to is not None:
+            work.append(("/colony", ttl_notice(message, resolved, default_ttl)))
+
+    def _dead(
+        self,
+        code: DeadLetterCode,
+        sender: str,
+        original: str,
+        resolved: str,
+        message: Envelope,
+        detail: str | None = None,
+    ) -> None:
+        self.dead_lettered += 1
+        self.db.dead_letter(DeadLetter(code, sender, original, resolved, message, detail))
+        self.log.warning(
+            "dead_lettered",
+            error_code=str(code),
+            sender=sender,
+            target=resolved,
+            trace_id=message.trace_id,
+            message_id=message.id,
+            detail=detail,
+        )
+
+    def _log_skipped(self, skipped: Iterable[Skipped], message: Envelope) -> None:
+        for skip in skipped:
+            edge = skip.edge
+            fields = {
+                "edge_id": edge.id,
+                "from": edge.from_path,
+                "to": edge.to_path,
+                "trace_id": message.trace_id,
+                "error": skip.reason,
+            }
+            if skip.stage == "condition" and skip.missing_key:
+                self.log.debug(
+                    "edge_condition_missing_key", condition=edge.condition_source, **fields
+                )
+            elif skip.stage == "condition":
+                self.log.warning("edge_condition_failed", condition=edge.condition_source, **fields)
+            else:
+                self.log.warning("edge_modifier_failed", key=skip.key, **fields)
+
+    # -- what cells emit ----------------------------------------------------------------------
+
+    async def route_outputs(
+        self, runner: CellRunner, message: Envelope | None, outputs: Sequence[Output]
+    ) -> None:
+        """Route a cell's emissions, each to completion, in the order the cell made them."""
+        for output in outputs:
+            if isinstance(output, Emission):
+                await self._route_emission(runner, message, output.content, output.target)
+            else:
+                await self._route_emission(runner, message, output, None)
+
+    async def _route_emission(
+        self, runner: CellRunner, message: Envelope | None, content: Any, target: str | None
+    ) -> None:
+        sender = runner.path
+        default_ttl = self.config.message_default_ttl
+        if message is None:  # a long-running cell's own emission starts a new trace
+            parent = _origin(sender, default_ttl)
+            parent_id = None
+            raw_target = target or sender
+        else:
+            parent = message
+            parent_id = message.id
+            raw_target = target or message.reply_to or message.target
+        if not isinstance(content, dict):
+            record = _record(parent, parent_id, raw_target, {}, content)
+            self._dead(
+                DeadLetterCode.INVALID_UBF_BODY,
+                sender,
+                raw_target,
+                raw_target,
+                record,
+                "a cell's content must be a JSON object",
+            )
+            return
+        hop, body = split_content(content)
+        problem = body_problem(body)
+        if problem is not None:
+            self._dead(
+                DeadLetterCode.INVALID_UBF_BODY,
+                sender,
+                raw_target,
+                raw_target,
+                _record(parent, parent_id, raw_target, hop, body),
+                problem,
+            )
+            return
+        if self.config.strict_validation and runner.type.name != "code":
+            violation = emits_violation(runner.spec.contract, hop, body)
+            if violation is not None:
+                if message is not None and message.reply_to is not None:
+                    await self.route(
+                        sender, substrate_reply(message, "contract_violation", violation)
+                    )
+                else:
+                    self._dead(
+                        DeadLetterCode.CONTRACT_VIOLATION,
+                        sender,
+                        raw_target,
+                        raw_target,
+                        _record(parent, parent_id, raw_target, hop, body),
+                        violation,
+                    )
+                return
+        ttl = parent.ttl
+        context = parent.headers.context
+        if raw_target == "/colony" or raw_target.startswith("/colony/"):
+            direct = _record(parent, parent_id, raw_target, hop, body)
+            direct.reply_to = sender
+            direct.headers = Headers(context, hop)
+            await self.route(sender, direct)
+            return
+        taken, skipped = self.edges.evaluate(sender, Headers(context, hop))
+        if skipped:
+            self._log_skipped(skipped, parent)
+        if not taken:
+            self._dead(
+                DeadLetterCode.NO_ROUTE,
+                sender,
+                raw_target,
+                raw_target,
+                _record(parent, parent_id, raw_target, hop, body),
+                "the emission matched none of the cell's out-edges",
+            )
+            return
+        for follow in emission_follow_ups(parent, sender, taken, body, ttl, default_ttl):
+            if message is None:
+                follow.parent_message_id = None
+            await self.route(sender, follow)
+
+    # -- substrate replies (consumes gate, message backstop) ----------------------------------
+
+    async def substrate_reply(
+        self, runner: CellRunner, message: Envelope, code: DeadLetterCode, text: str
+    ) -> None:
+        if message.reply_to is not None:
+            await self.route(runner.path, substrate_reply(message, str(code), text))
+        else:
+            self._dead(code, runner.path, message.target, runner.path, message, text)
+
+    def dead_letter_message(
+        self, code: DeadLetterCode, sender: str, message: Envelope, resolved: str, detail: str
+    ) -> None:
+        self._dead(code, sender, message.target, resolved, message, detail)
+
+    def status_changed(self, runner: CellRunner) -> None:
+        self.db.set_registry(runner.path, runner.cell_id, runner.type.name, _status(runner))
+
+
+def _status(runner: CellRunner) -> str:
+    if runner.state.value == "failed":
+        return "failed"
+    return "active" if runner.active else "inactive"
+
+
+def _origin(sender: str, ttl: int) -> Envelope:
+    """The stand-in parent of a long-running cell's own emission: a fresh trace, no context."""
+    trace = uuid7()
+    return Envelope(
+        id=trace,
+        trace_id=trace,
+        parent_message_id=None,
+        correlation_id=None,
+        target=sender,
+        reply_to=None,
+        ttl=ttl,
+        headers=Headers({}, {}),
+        body={},
+        created_at=int(time.time()),
+    )
+
+
+def _record(
+    parent: Envelope, parent_id: str | None, target: str, hop: JsonObject, body: Any
+) -> Envelope:
+    """The message an emission would have become (what a dead letter stores)."""
+    return Envelope(
+        id=uuid7(),
+        trace_id=parent.trace_id,
+        parent_message_id=parent_id,
+        correlation_id=parent.correlation_id,
+        target=target,
+        reply_to=None,
+        ttl=parent.ttl,
+        headers=Headers(parent.headers.context, hop),
+        body=body,
+        created_at=int(time.time()),
+    )

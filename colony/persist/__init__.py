@@ -1,0 +1,1 @@
+"""Persistence of the colony itself (``colony.db``); cells own their ``cell.db`` files."""

@@ -1,0 +1,331 @@
+"""The one writer of ``colony.db``.
+
+Routing must never wait on a commit: message-log rows and dead letters are handed to a writer
+thread through a queue (a put costs well under a microsecond) and committed in batches of up
+to 1,024 rows per transaction. Serialising headers and bodies to JSON also happens on that
+thread. Readers first ``flush()`` (a fence through the same queue), then read on their own
+connection, so they see every write made before they asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from colony.dead_letters import DeadLetter
+from colony.envelope import Envelope
+from colony.persist.schema import connect, migrate
+
+_BATCH = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class LogRow:
+    """One routing decision into a cell or hive (meclaw's ``message_log`` row)."""
+
+    message: Envelope
+    from_path: str
+    to_path: str
+    ttl: int
+
+
+@dataclass(frozen=True, slots=True)
+class MessageLogEntry:
+    id: str
+    trace_id: str
+    parent_message_id: str | None
+    correlation_id: str | None
+    ttl: int
+    from_path: str
+    to_path: str
+    reply_to: str | None
+    headers: dict[str, Any]
+    body_kind: str
+    body: Any
+    created_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterRow:
+    id: int
+    error_code: str
+    sender_path: str
+    original_target: str
+    resolved_target: str
+    trace_id: str
+    created_at: int
+    message: Envelope
+    detail: str | None
+
+    @property
+    def message_id(self) -> str:
+        return self.message.id
+
+
+def _dumps(value: Any) -> str:
+    # A cell written in Python may emit a value JSON cannot hold; the log must still take it.
+    return json.dumps(value, ensure_ascii=False, default=repr)
+
+
+class _Fence:
+    __slots__ = ("done",)
+
+    def __init__(self, done: Callable[[BaseException | None], None]) -> None:
+        self.done = done
+
+
+class _Stop:
+    pass
+
+
+class PersistenceError(Exception):
+    """``colony.db`` could not be written."""
+
+
+class ColonyDb:
+    """``<root>/colony.db``: one writer thread, read connections on demand."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        conn = connect(str(path))
+        migrate(conn)
+        self._conn = conn
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._writer, name="colony-db-writer", daemon=True)
+        self._thread.start()
+        self.rows_written = 0
+
+    def registry_ids(self) -> dict[str, str]:
+        """``{path: cell_id}`` from earlier boots, so a cell keeps its id across restarts."""
+        conn = connect(str(self.path), readonly=True)
+        try:
+            return dict(conn.execute("SELECT path, cell_id FROM registry").fetchall())
+        finally:
+            conn.close()
+
+    # -- writes (never block the caller) ------------------------------------------------------
+
+    def log(self, message: Envelope, from_path: str, to_path: str) -> None:
+        self._queue.put(LogRow(message, from_path, to_path, message.ttl))
+
+    def dead_letter(self, letter: DeadLetter) -> None:
+        self._queue.put(letter)
+
+    def set_registry(self, path: str, cell_id: str, cell_type: str, status: str) -> None:
+        self._queue.put(("registry", path, cell_id, cell_type, status, int(time.time())))
+
+    # -- the writer thread --------------------------------------------------------------------
+
+    def _writer(self) -> None:
+        conn = self._conn
+        while True:
+            batch = [self._queue.get()]
+            while len(batch) < _BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            stop = False
+            fences: list[_Fence] = []
+            logs: list[tuple[Any, ...]] = []
+            letters: list[tuple[Any, ...]] = []
+            registry: list[tuple[Any, ...]] = []
+            last_body: Any = None
+            last_body_json = ""
+            for item in batch:
+                if isinstance(item, LogRow):
+                    m = item.message
+                    # Follow-ups of one emission and transit copies share a body object.
+                    if m.body is not last_body or not last_body_json:
+                        last_body = m.body
+                        last_body_json = _dumps(m.body)
+                    logs.append(
+                        (
+                            m.id,
+                            m.trace_id,
+                            m.parent_message_id,
+                            m.correlation_id,
+                            item.ttl,
+                            item.from_path,
+                            item.to_path,
+                            m.reply_to,
+                            _dumps({"context": m.headers.context, "hop": m.headers.hop}),
+                            "inline",
+                            last_body_json,
+                            m.created_at,
+                        )
+                    )
+                elif isinstance(item, DeadLetter):
+                    letters.append(
+                        (
+                            item.sender_path,
+                            item.original_target,
+                            item.resolved_target,
+                            item.error_code,
+                            item.trace_id,
+                            item.created_at,
+                            _dumps(item.message.to_json()),
+                            item.detail,
+                        )
+                    )
+                elif isinstance(item, tuple):
+                    registry.append(item[1:])
+                elif isinstance(item, _Fence):
+                    fences.append(item)
+                elif isinstance(item, _Stop):
+                    stop = True
+            error: BaseException | None = None
+            if logs or letters or registry:
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    if logs:
+                        conn.executemany(
+                            "INSERT INTO message_log(id, trace_id, parent_message_id, "
+                            "correlation_id, ttl, from_path, to_path, reply_to, headers, "
+                            "body_kind, body_payload, created_at) "
+                            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                            logs,
+                        )
+                    if letters:
+                        conn.executemany(
+                            "INSERT INTO dead_letters(sender_path, original_target, "
+                            "resolved_target, error_code, trace_id, created_at, message_json, "
+                            "detail) VALUES (?,?,?,?,?,?,?,?)",
+                            letters,
+                        )
+                    for path, cell_id, cell_type, status, now in registry:
+                        conn.execute(
+                            "INSERT INTO registry(path, cell_id, cell_type, status, created_at, "
+                            "updated_at) VALUES (?,?,?,?,?,?) ON CONFLICT(path) DO UPDATE SET "
+                            "cell_id=excluded.cell_id, cell_type=excluded.cell_type, "
+                            "status=excluded.status, updated_at=excluded.updated_at",
+                            (path, cell_id, cell_type, status, now, now),
+                        )
+                    conn.execute("COMMIT")
+                    self.rows_written += len(logs) + len(letters)
+                except (sqlite3.Error, TypeError, ValueError) as exc:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    self._failure = exc
+                    error = exc
+            for fence in fences:
+                fence.done(error or self._failure)
+            if stop:
+                conn.close()
+                return
+
+    # -- barriers and reads -------------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Return once everything handed over before this call is committed."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+
+        def done(error: BaseException | None) -> None:
+            def resolve() -> None:
+                if future.done():
+                    return
+                if error is not None:
+                    future.set_exception(PersistenceError(f"colony.db write failed: {error}"))
+                else:
+                    future.set_result(None)
+
+            loop.call_soon_threadsafe(resolve)
+
+        self._queue.put(_Fence(done))
+        await future
+
+    def close(self) -> None:
+        """Commit what is queued and stop the writer (blocking; call once, at shutdown)."""
+        if self._thread.is_alive():
+            self._queue.put(_Stop())
+            self._thread.join()
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self._failure
+
+    def _read(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        conn = connect(str(self.path), readonly=True)
+        try:
+            return conn.execute(sql, args).fetchall()
+        finally:
+            conn.close()
+
+    async def message_log(self, trace_id: str | None = None) -> list[MessageLogEntry]:
+        await self.flush()
+        sql = (
+            "SELECT id, trace_id, parent_message_id, correlation_id, ttl, from_path, to_path, "
+            "reply_to, headers, body_kind, body_payload, created_at FROM message_log"
+        )
+        args: tuple[Any, ...] = ()
+        if trace_id is not None:
+            sql += " WHERE trace_id = ?"
+            args = (trace_id,)
+        rows = await asyncio.to_thread(self._read, sql + " ORDER BY seq", args)
+        return [
+            MessageLogEntry(
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                r[6],
+                r[7],
+                json.loads(r[8]),
+                r[9],
+                json.loads(r[10]),
+                r[11],
+            )
+            for r in rows
+        ]
+
+    async def dead_letters(
+        self, *, error_code: str | None = None, since: int | None = None, limit: int | None = None
+    ) -> list[DeadLetterRow]:
+        await self.flush()
+        return await asyncio.to_thread(read_dead_letters, self.path, error_code, since, limit)
+
+
+def read_dead_letters(
+    path: Path, error_code: str | None = None, since: int | None = None, limit: int | None = None
+) -> list[DeadLetterRow]:
+    """Dead letters in insertion order; usable without a running colony (read-only)."""
+    clauses: list[str] = []
+    args: list[Any] = []
+    if error_code is not None:
+        clauses.append("error_code = ?")
+        args.append(error_code)
+    if since is not None:
+        clauses.append("created_at >= ?")
+        args.append(since)
+    sql = (
+        "SELECT id, error_code, sender_path, original_target, resolved_target, trace_id, "
+        "created_at, message_json, detail FROM dead_letters"
+    )
+    if clauses:
+        sql += " WHERE " + " AND ".join(clauses)
+    sql += " ORDER BY id"
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    conn = connect(str(path), readonly=True)
+    try:
+        rows = conn.execute(sql, args).fetchall()
+    finally:
+        conn.close()
+    return [
+        DeadLetterRow(
+            r[0], r[1], r[2], r[3], r[4], r[5], r[6], Envelope.from_json(json.loads(r[7])), r[8]
+        )
+        for r in rows
+    ]

@@ -1,0 +1,408 @@
+"""Running one cell: its mailbox, its class of concurrency, and its supervision.
+
+Per message, in order: the ``consumes`` gate (a violation never reaches the cell), then
+``handle()`` under the ``message_timeout`` backstop, then routing of what it emitted. A crash
+or a backstop expiry restarts the cell with a fresh instance, keeping the queued messages in
+order; past ``restart_limit`` restarts the cell is *failed*: deliveries dead-letter
+``cell_inactive`` until the daemon restarts.
+
+* stateful: one message at a time; built on the first message; sleeps after
+  ``idle_timeout_ms`` without messages (``cell.timeout`` 0), after every message (> 0), or
+  never (-1);
+* stateless: up to ``params.max_concurrency`` messages at once, one shared instance;
+* long-running: built at boot; its ``run(ctx)`` I/O loop runs beside the message handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Any, Protocol
+
+from colony.cell import Cell, CellClass, CellSpec, CellType, Closable, Emission, LongRunning, Output
+from colony.config.models import ColonyConfig
+from colony.contracts import ConsumesGate
+from colony.dead_letters import DeadLetterCode
+from colony.envelope import Envelope, JsonObject
+from colony.mailbox import Mailbox
+
+
+class CellState(StrEnum):
+    NOT_YET_SPAWNED = "not_yet_spawned"
+    """A stateful cell before its first message: no instance exists."""
+    AWAKE = "awake"
+    """An instance exists and takes messages."""
+    ASLEEP = "asleep"
+    """A stateful cell whose instance was closed after idling; the next message wakes it."""
+    FAILED = "failed"
+    """Restarted more than ``restart_limit`` times; deliveries dead-letter ``cell_inactive``."""
+    STOPPED = "stopped"
+    """The colony shut down."""
+
+
+class Host(Protocol):
+    """What a runner needs from the colony (implemented by :class:`colony.colony.Colony`)."""
+
+    config: ColonyConfig
+    log: Any
+
+    async def route_outputs(
+        self, runner: CellRunner, message: Envelope | None, outputs: Sequence[Output]
+    ) -> None: ...
+
+    async def substrate_reply(
+        self, runner: CellRunner, message: Envelope, code: DeadLetterCode, text: str
+    ) -> None: ...
+
+    def dead_letter_message(
+        self, code: DeadLetterCode, sender: str, message: Envelope, resolved: str, detail: str
+    ) -> None: ...
+
+    def message_queued(self) -> None: ...
+
+    def message_done(self) -> None: ...
+
+    def status_changed(self, runner: CellRunner) -> None: ...
+
+
+class _Restart(Exception):
+    """Internal: tear the cell down and build a new instance."""
+
+
+class _Context:
+    """The :class:`colony.cell.CellContext` a long-running cell's I/O loop gets."""
+
+    def __init__(self, runner: CellRunner) -> None:
+        self.path = runner.path
+        self._runner = runner
+
+    async def emit(self, content: JsonObject, target: str | None = None) -> None:
+        await self._runner.host.route_outputs(self._runner, None, [Emission(content, target)])
+
+
+def _seconds(ms: int | None) -> float | None:
+    return ms / 1000 if ms is not None and ms > 0 else None
+
+
+class CellRunner:
+    """One cell at runtime."""
+
+    def __init__(
+        self,
+        host: Host,
+        spec: CellSpec,
+        cell_type: CellType,
+        mailbox: Mailbox,
+        *,
+        cell_id: str,
+        active: bool = True,
+    ) -> None:
+        self.host = host
+        self.spec = spec
+        self.path = spec.path
+        self.type = cell_type
+        self.mailbox = mailbox
+        self.cell_id = cell_id
+        self.active = active
+        self.restarts = 0
+        self.restart_limit = spec.cell.restart_limit if spec.cell.restart_limit is not None else 5
+        self.gate = ConsumesGate.from_contract(spec.contract)
+        colony = host.config
+        timeout_ms = (
+            spec.cell.message_timeout
+            if spec.cell.message_timeout is not None
+            else colony.message_timeout_default_ms
+        )
+        self.message_timeout = (
+            None if cell_type.cell_class is CellClass.LONG_RUNNING else _seconds(timeout_ms)
+        )
+        idle_ms = (
+            spec.cell.idle_timeout_ms
+            if spec.cell.idle_timeout_ms is not None
+            else colony.idle_timeout_default_ms
+        )
+        self.idle_timeout = _seconds(idle_ms) if spec.cell.timeout == 0 else None
+        self.one_shot = spec.cell.timeout > 0
+        self.state = (
+            CellState.NOT_YET_SPAWNED
+            if cell_type.cell_class is CellClass.STATEFUL
+            else CellState.AWAKE
+        )
+        self.handled = 0
+        self._task: asyncio.Task[None] | None = None
+
+    # -- delivery ---------------------------------------------------------------------------
+
+    async def deliver(self, message: Envelope, sender: str) -> None:
+        """Queue a message, waiting while the mailbox is full (backpressure, never a drop)."""
+        if self.mailbox.full():
+            self.host.log.warning(
+                "mailbox_full",
+                target=self.path,
+                sender=sender,
+                trace_id=message.trace_id,
+                message_id=message.id,
+                mailbox_capacity=self.mailbox.capacity,
+                reason="mailbox_full",
+                detail="the target mailbox is full; this delivery waits until the cell takes "
+                "a message (raise cell.mailbox_size or colony.json mailbox_default_capacity)",
+            )
+        self.host.message_queued()
+        await self.mailbox.put(message)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> asyncio.Task[None]:
+        self._task = asyncio.create_task(self._main(), name=f"cell {self.path}")
+        return self._task
+
+    async def stop(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self.state = CellState.STOPPED
+
+    async def _main(self) -> None:
+        if self.type.cell_class is CellClass.STATELESS:
+            await self._run_stateless()
+        elif self.type.cell_class is CellClass.LONG_RUNNING:
+            await self._run_long_running()
+        else:
+            await self._run_stateful()
+
+    async def _make_cell(self) -> Cell:
+        made = self.type.factory(self.spec)
+        cell = await made if inspect.isawaitable(made) else made
+        self.state = CellState.AWAKE
+        return cell
+
+    async def _close(self, cell: Cell | None) -> None:
+        if isinstance(cell, Closable):
+            try:
+                await cell.close()
+            except Exception as exc:
+                self.host.log.warning("cell_close_failed", cell=self.path, error=repr(exc))
+
+    # -- one message ------------------------------------------------------------------------
+
+    async def _process(self, cell: Cell, message: Envelope) -> bool:
+        """Handle one message; True when the cell must be restarted."""
+        problem = self.gate.violation(message)
+        if problem is not None:
+            await self.host.substrate_reply(
+                self, message, DeadLetterCode.CONSUMES_VIOLATION, problem
+            )
+            return False
+        self.handled += 1
+        backstop = asyncio.timeout(self.message_timeout)
+        try:
+            async with backstop:
+                outputs = await cell.handle(message)
+        except TimeoutError:
+            if not backstop.expired():
+                return self._crashed(message, TimeoutError("the cell raised TimeoutError"))
+            self.host.log.warning(
+                "message_timeout",
+                cell=self.path,
+                message_id=message.id,
+                trace_id=message.trace_id,
+                timeout_ms=int((self.message_timeout or 0) * 1000),
+            )
+            await self.host.substrate_reply(
+                self, message, DeadLetterCode.MESSAGE_TIMEOUT, "message_timeout backstop elapsed"
+            )
+            return self.type.cell_class is not CellClass.STATELESS
+        except Exception as exc:
+            return self._crashed(message, exc)
+        if outputs:
+            try:
+                await self.host.route_outputs(self, message, outputs)
+            except Exception as exc:  # a bug in routing: say so, keep the cell alive
+                self.host.log.error(
+                    "route_failed",
+                    cell=self.path,
+                    message_id=message.id,
+                    trace_id=message.trace_id,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+        return False
+
+    def _crashed(self, message: Envelope, exc: BaseException) -> bool:
+        self.host.log.error(
+            "cell_crashed",
+            cell=self.path,
+            message_id=message.id,
+            trace_id=message.trace_id,
+            error=f"{type(exc).__name__}: {exc}",
+            detail="the message is dead-lettered cell_crashed; the cell restarts with its "
+            "queued messages",
+        )
+        self.host.dead_letter_message(
+            DeadLetterCode.CELL_CRASHED,
+            self.path,
+            message,
+            self.path,
+            f"{type(exc).__name__}: {exc}",
+        )
+        return self.type.cell_class is not CellClass.STATELESS
+
+    def _count_restart(self) -> bool:
+        """Count a restart; True when the cell has now failed."""
+        self.restarts += 1
+        if self.restarts <= self.restart_limit:
+            self.host.log.warning(
+                "cell_restarting", cell=self.path, restarts=self.restarts, limit=self.restart_limit
+            )
+            return False
+        self.state = CellState.FAILED
+        self.active = False
+        self.host.log.error(
+            "cell_failed",
+            cell=self.path,
+            restarts=self.restarts - 1,
+            limit=self.restart_limit,
+            detail="the cell exceeded its restart limit and is marked failed; messages to it "
+            "are dead-lettered cell_inactive until the daemon restarts",
+        )
+        self.host.status_changed(self)
+        return True
+
+    async def _retire(self) -> None:
+        """A failed cell: whatever still arrives is dead-lettered, in order."""
+        while True:
+            message = await self.mailbox.get()
+            try:
+                self.host.dead_letter_message(
+                    DeadLetterCode.CELL_INACTIVE,
+                    message.reply_to or self.path,
+                    message,
+                    self.path,
+                    "the cell has failed",
+                )
+            finally:
+                self.host.message_done()
+
+    # -- the three classes ------------------------------------------------------------------
+
+    async def _next(self, idle: float | None) -> Envelope | None:
+        message = self.mailbox.get_nowait()
+        if message is not None:
+            return message
+        if idle is None:
+            return await self.mailbox.get()
+        try:
+            return await asyncio.wait_for(self.mailbox.get(), idle)
+        except TimeoutError:
+            return None
+
+    async def _run_stateful(self) -> None:
+        cell: Cell | None = None
+        while True:
+            message = await self._next(self.idle_timeout if cell is not None else None)
+            if message is None:  # idled out
+                await self._close(cell)
+                cell = None
+                self.state = CellState.ASLEEP
+                continue
+            restart = False
+            try:
+                if cell is None:
+                    try:
+                        cell = await self._make_cell()
+                    except Exception as exc:
+                        restart = self._crashed(message, exc)
+                if cell is not None:
+                    restart = await self._process(cell, message)
+            finally:
+                self.host.message_done()
+            if restart:
+                await self._close(cell)
+                cell = None
+                if self._count_restart():
+                    await self._retire()
+                    return
+            elif self.one_shot:
+                await self._close(cell)
+                cell = None
+                self.state = CellState.ASLEEP
+
+    async def _run_stateless(self) -> None:
+        try:
+            cell = await self._make_cell()
+        except Exception as exc:
+            self.host.log.error("cell_start_failed", cell=self.path, error=repr(exc))
+            self.state = CellState.FAILED
+            self.active = False
+            self.host.status_changed(self)
+            await self._retire()
+            return
+        limit = _max_concurrency(self.spec, self.type)
+        slots = asyncio.Semaphore(limit)
+        try:
+            async with asyncio.TaskGroup() as group:
+                while True:
+                    message = await self.mailbox.get()
+                    await slots.acquire()
+                    group.create_task(self._work(cell, message, slots))
+        finally:
+            await self._close(cell)
+
+    async def _work(self, cell: Cell, message: Envelope, slots: asyncio.Semaphore) -> None:
+        try:
+            await self._process(cell, message)
+        except Exception as exc:  # routing failed: never let one message kill the dispatcher
+            self._crashed(message, exc)
+        finally:
+            slots.release()
+            self.host.message_done()
+
+    async def _run_long_running(self) -> None:
+        while True:
+            try:
+                cell = await self._make_cell()
+            except Exception as exc:
+                self.host.log.error("cell_start_failed", cell=self.path, error=repr(exc))
+                if self._count_restart():
+                    await self._retire()
+                    return
+                continue
+            try:
+                async with asyncio.TaskGroup() as group:
+                    if isinstance(cell, LongRunning):
+                        group.create_task(self._io(cell))
+                    group.create_task(self._handler(cell))
+            except* _Restart:
+                pass
+            except* Exception as errors:
+                self.host.log.error(
+                    "cell_io_crashed", cell=self.path, error=repr(errors.exceptions[0])
+                )
+            await self._close(cell)
+            if self._count_restart():
+                await self._retire()
+                return
+
+    async def _io(self, cell: LongRunning) -> None:
+        await cell.run(_Context(self))
+
+    async def _handler(self, cell: Cell) -> None:
+        while True:
+            message = await self.mailbox.get()
+            try:
+                restart = await self._process(cell, message)
+            finally:
+                self.host.message_done()
+            if restart:
+                raise _Restart
+
+
+def _max_concurrency(spec: CellSpec, cell_type: CellType) -> int:
+    params = spec.params if isinstance(spec.params, dict) else {}
+    value = params.get("max_concurrency")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    return cell_type.default_max_concurrency

@@ -1,0 +1,101 @@
+"""Universal Body Format: the shape every message body must have.
+
+A body is an object holding at least one of ``system`` (object), ``messages`` (array) or
+``attachments`` (array); other top-level slots are free. Entries of ``messages`` are turns
+(closed objects), or pointers ``{"text_id": uuid}`` / ``{"messages_id": uuid}``. Hand-written
+rather than a JSON Schema engine: it runs on every emission.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+ORIGINS = frozenset({"user", "assistant", "tool", "system"})
+TURN_TYPES = frozenset({"text", "tool_call", "tool_result", "image", "audio"})
+_TURN_KEYS = frozenset({"origin", "type", "text", "id", "happened_at"})
+_ID_REQUIRED = frozenset({"tool_call", "tool_result"})
+_ATTACHMENT_KEYS = frozenset({"blob_id", "mime_type", "filename", "size_bytes", "sha256"})
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+_SHA256 = re.compile(r"^[a-f0-9]{64}$")
+
+
+def _turn_problem(index: int, turn: Any) -> str | None:
+    where = f"messages[{index}]"
+    if not isinstance(turn, dict):
+        return f"{where} must be an object"
+    if len(turn) == 1 and ("text_id" in turn or "messages_id" in turn):
+        ((key, value),) = turn.items()
+        if not isinstance(value, str) or not _UUID.match(value):
+            return f"{where}.{key} must be a UUID"
+        return None
+    extra = turn.keys() - _TURN_KEYS
+    if extra:
+        return f"{where} has unknown key(s) {', '.join(sorted(extra))}"
+    origin = turn.get("origin")
+    if origin not in ORIGINS:
+        return f"{where}.origin must be one of {', '.join(sorted(ORIGINS))}"
+    turn_type = turn.get("type")
+    if turn_type not in TURN_TYPES:
+        return f"{where}.type must be one of {', '.join(sorted(TURN_TYPES))}"
+    for key in ("text", "id", "happened_at"):
+        if key in turn and not isinstance(turn[key], str):
+            return f"{where}.{key} must be a string"
+    if turn_type in _ID_REQUIRED and "id" not in turn:
+        return f"{where} is a {turn_type} and needs an id"
+    return None
+
+
+def _attachment_problem(index: int, item: Any) -> str | None:
+    where = f"attachments[{index}]"
+    if not isinstance(item, dict):
+        return f"{where} must be an object"
+    extra = item.keys() - _ATTACHMENT_KEYS
+    if extra:
+        return f"{where} has unknown key(s) {', '.join(sorted(extra))}"
+    blob_id = item.get("blob_id")
+    if not isinstance(blob_id, str) or not _UUID.match(blob_id):
+        return f"{where}.blob_id must be a UUID"
+    if not isinstance(item.get("mime_type"), str):
+        return f"{where}.mime_type must be a string"
+    size = item.get("size_bytes")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        return f"{where}.size_bytes must be a non-negative integer"
+    if (
+        "filename" in item
+        and item["filename"] is not None
+        and not isinstance(item["filename"], str)
+    ):
+        return f"{where}.filename must be a string or null"
+    if "sha256" in item and (
+        not isinstance(item["sha256"], str) or not _SHA256.match(item["sha256"])
+    ):
+        return f"{where}.sha256 must be 64 lowercase hex digits"
+    return None
+
+
+def body_problem(body: Any) -> str | None:
+    """Why ``body`` is not a UBF body, or None when it is."""
+    if not isinstance(body, dict):
+        return "the body must be a JSON object"
+    if "system" not in body and "messages" not in body and "attachments" not in body:
+        return "the body needs at least one of system, messages, attachments"
+    if "messages" in body:
+        messages = body["messages"]
+        if not isinstance(messages, list):
+            return "messages must be an array"
+        for index, turn in enumerate(messages):
+            problem = _turn_problem(index, turn)
+            if problem:
+                return problem
+    if "attachments" in body:
+        attachments = body["attachments"]
+        if not isinstance(attachments, list):
+            return "attachments must be an array"
+        for index, item in enumerate(attachments):
+            problem = _attachment_problem(index, item)
+            if problem:
+                return problem
+    if "system" in body and not isinstance(body["system"], dict):
+        return "system must be an object"
+    return None
