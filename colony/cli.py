@@ -25,6 +25,14 @@ EXIT_USAGE = 2
 EXIT_INTERNAL = 3
 
 
+class LogLevel(StrEnum):
+    trace = "trace"
+    debug = "debug"
+    info = "info"
+    warn = "warn"
+    error = "error"
+
+
 class OutputFormat(StrEnum):
     text = "text"
     json = "json"
@@ -74,6 +82,18 @@ def run(
         Path | None,
         typer.Option("--env", help="File for ${VAR} values (default: <root>/.env)."),
     ] = None,
+    log_file: Annotated[
+        Path | None,
+        typer.Option("--log", help="JSON log file (default: <root>/log.jsonl)."),
+    ] = None,
+    log_level: Annotated[
+        LogLevel | None,
+        typer.Option("--log-level", help="Log level (default: colony.json log_default_level)."),
+    ] = None,
+    daemon: Annotated[
+        bool,
+        typer.Option("--daemon", help="Run headless, detached from stdin (the default for now)."),
+    ] = False,
     output: Annotated[
         OutputFormat,
         typer.Option("--format", help="How --validate reports: text, json or github annotations."),
@@ -108,12 +128,20 @@ def run(
             sys.stderr.write(render_text(diagnostics, root=shown, file_prefix=prefix))
         raise typer.Exit(EXIT_INVALID if has_errors(diagnostics) else 0)
 
-    typer.echo(
-        "meclaw: running a colony arrives with the router; for now only --validate is "
-        "available (see README.md).",
-        err=True,
-    )
-    raise typer.Exit(EXIT_INVALID)
+    from colony.daemon import main as run_daemon
+    from colony.lease import LeaseHeldError
+
+    try:
+        code = run_daemon(
+            root,
+            env_file=env,
+            log_file=log_file,
+            log_level=log_level.value if log_level is not None else None,
+        )
+    except LeaseHeldError as exc:
+        typer.echo(f"meclaw: {exc}", err=True)
+        raise typer.Exit(EXIT_INVALID) from None
+    raise typer.Exit(code)
 
 
 def main() -> None:

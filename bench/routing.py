@@ -1,0 +1,123 @@
+"""Routing decisions per second through a real colony, against a bare queue hand-off.
+
+The colony: a root hive, a chain of nested hives whose doors carry CEL conditions and a
+context modifier, and a capture cell at the end, so each message costs DEPTH + 2 routing
+decisions (the root transit, one transit per hive, the delivery). It runs twice in the same
+process — message log on and off — next to the floor: the same number of bare
+``asyncio.Queue`` hand-offs between two tasks. The machine is shared and noisy, so the ratio
+is the figure; absolute rates move from run to run.
+
+    python bench/routing.py [--messages N] [--depth D]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from colony.testing import ColonyHarness
+
+
+def build_tree(root: Path, depth: int) -> Path:
+    def write(rel: str, doc: dict[str, Any]) -> None:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc))
+
+    door = {
+        "condition": "has(hop.route) && hop.route == 'fire' && int(context.iter) < 12",
+        "modifier": {"set_context": {"iter": "int(context.iter) + 1"}},
+    }
+    write(
+        "main/config.json",
+        {
+            "cell": {"type": "hive"},
+            "params": {"graph": {"edges": [{"from": ".", "to": "./h0", **door}]}},
+        },
+    )
+    folder = "main"
+    for level in range(depth):
+        folder = f"{folder}/h{level}"
+        nxt = f"./h{level + 1}" if level + 1 < depth else "/sink"
+        write(
+            f"{folder}/config.json",
+            {
+                "cell": {"type": "hive"},
+                "params": {
+                    "graph": {"edges": [{"from": ".", "to": nxt, "condition": door["condition"]}]}
+                },
+            },
+        )
+    return root
+
+
+async def colony_rate(tree: Path, messages: int, log_messages: bool) -> tuple[float, int]:
+    body = {"messages": [{"origin": "user", "type": "text", "text": "ping"}]}
+    async with ColonyHarness(
+        tree, capture=["/sink"], log_level="info", log_messages=log_messages
+    ) as colony:
+        start = time.perf_counter()
+        for _ in range(messages):
+            await colony.send("/", body, hop={"route": "fire"}, context={"iter": "0"})
+        await colony.settle(timeout=600)
+        elapsed = time.perf_counter() - start
+        decisions = colony.colony.decisions
+        assert len(colony.captured("/sink")) == messages
+    return decisions / elapsed, decisions
+
+
+async def queue_rate(handoffs: int) -> float:
+    queue: asyncio.Queue[object] = asyncio.Queue(1000)
+    item = object()
+
+    async def consume() -> None:
+        for _ in range(handoffs):
+            await queue.get()
+
+    start = time.perf_counter()
+    consumer = asyncio.create_task(consume())
+    for _ in range(handoffs):
+        await queue.put(item)
+    await consumer
+    return handoffs / (time.perf_counter() - start)
+
+
+async def main(messages: int, depth: int, repeats: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = build_tree(Path(tmp) / "tree", depth)
+        on: list[float] = []
+        off: list[float] = []
+        floor: list[float] = []
+        decisions = 0
+        for _ in range(repeats):
+            rate, decisions = await colony_rate(tree, messages, True)
+            on.append(rate)
+            rate, _ = await colony_rate(tree, messages, False)
+            off.append(rate)
+            floor.append(await queue_rate(decisions))
+    with_log, without_log, bare = (statistics.median(v) for v in (on, off, floor))
+    print(f"colony: {messages} messages x {depth + 2} decisions = {decisions} routing decisions")
+    print(f"  message log on : {with_log:>10,.0f} decisions/s  ({1e6 / with_log:6.1f} µs each)")
+    print(
+        f"  message log off: {without_log:>10,.0f} decisions/s  ({1e6 / without_log:6.1f} µs each)"
+    )
+    print(f"  bare asyncio.Queue hand-off: {bare:>10,.0f} /s  ({1e6 / bare:6.2f} µs each)")
+    print(f"ratio floor/colony: log on {bare / with_log:.1f}x, log off {bare / without_log:.1f}x")
+    print(
+        f"target: >= 20,000 decisions/s with the log on -> {'met' if with_log >= 20_000 else 'NOT met'}"
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--messages", type=int, default=3000)
+    parser.add_argument("--depth", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    asyncio.run(main(args.messages, args.depth, args.repeats))

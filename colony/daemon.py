@@ -1,0 +1,91 @@
+"""``meclaw --root DIR``: boot a colony and run it until SIGINT or SIGTERM.
+
+Boot order: take the root lease, load and check the tree (every problem reported), open
+``colony.db``, wire the cells (a dangling edge endpoint refuses the boot), start, wait for a
+signal, then stop the cells and commit the dead letters and the message log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from cells import BUILTIN_CELL_TYPES, implemented_cell_types
+from colony.cell import CellType
+from colony.colony import BootError, Colony
+from colony.config.diagnostics import has_errors, render_text
+from colony.config.loader import load_tree
+from colony.lease import RootLease
+from colony.observability import file_logger
+from colony.persist.db import ColonyDb
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(f"meclaw: {text}\n")
+    sys.stderr.flush()
+
+
+async def run(
+    root: Path,
+    *,
+    env_file: Path | None,
+    log_file: Path,
+    log_level: str | None,
+    display_root: str,
+    cell_types: Mapping[str, CellType] | None = None,
+) -> int:
+    types = dict(cell_types) if cell_types is not None else implemented_cell_types()
+    result = load_tree(root, cell_types=types.keys() | BUILTIN_CELL_TYPES, env_file=env_file)
+    if result.tree is None or has_errors(result.diagnostics):
+        sys.stderr.write(render_text(result.diagnostics, root=display_root))
+        _say("the colony tree is invalid; nothing was started")
+        return EXIT_FAILED
+    tree = result.tree
+    level = log_level or tree.colony.log_default_level
+    with open(log_file, "a", encoding="utf-8") as stream:
+        log = file_logger(stream, level)
+        db = ColonyDb(root / "colony.db")
+        try:
+            try:
+                colony = Colony.from_tree(tree, types, db=db, log=log)
+            except BootError as exc:
+                for problem in exc.problems:
+                    _say(f"cannot boot: {problem}")
+                log.error("boot_failed", problems=exc.problems)
+                return EXIT_FAILED
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            await colony.start()
+            _say(
+                f"colony running on {display_root} ({len(colony.runners)} cells, "
+                f"{len(colony.hives)} hives, {len(colony.edges)} edges); logs in {log_file}; "
+                "SIGINT or SIGTERM stops it"
+            )
+            await stop.wait()
+            _say("stopping")
+            await colony.stop()
+            return EXIT_OK
+        finally:
+            db.close()
+
+
+def main(root: Path, *, env_file: Path | None, log_file: Path | None, log_level: str | None) -> int:
+    """Run the daemon in the foreground; returns the exit code."""
+    with RootLease(root):
+        return asyncio.run(
+            run(
+                root,
+                env_file=env_file,
+                log_file=log_file or root / "log.jsonl",
+                log_level=log_level,
+                display_root=str(root),
+            )
+        )

@@ -1,0 +1,111 @@
+"""``meclaw --root DIR``: a real daemon process, booted, signalled and stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TreeFactory, cell, hive
+
+MECLAW = str(Path(sys.executable).with_name("meclaw"))
+
+
+def start(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [MECLAW, "--root", str(root), *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def wait_for_line(process: subprocess.Popen[str], needle: str, timeout: float = 20) -> str:
+    assert process.stderr is not None
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        if needle in line:
+            return line
+    raise AssertionError(f"never saw {needle!r}; stderr so far: {''.join(seen)}")
+
+
+def hive_only(make_tree: TreeFactory) -> Path:
+    return make_tree(
+        {
+            "main/config.json": hive({"from": ".", "to": "./box"}),
+            "main/box/config.json": hive({"from": ".", "to": "/colony/registry"}),
+            ".env": "SECRET_TOKEN=do-not-log-me\n",
+            "main/box/notes/config.json": {
+                "cell": {"type": "hive"},
+                "description": "${SECRET_TOKEN}",
+            },
+        }
+    )
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_the_daemon_boots_and_stops_cleanly_on_a_signal(make_tree: TreeFactory, sig: int) -> None:
+    root = hive_only(make_tree)
+    with start(root) as process:
+        wait_for_line(process, "colony running")
+        process.send_signal(sig)
+        assert process.wait(timeout=20) == 0
+    events = [json.loads(line)["event"] for line in (root / "log.jsonl").read_text().splitlines()]
+    assert events[0] == "colony_started"
+    assert events[-1] == "colony_stopped"
+    assert (root / "colony.db").exists()
+
+
+def test_secrets_substituted_into_the_tree_never_reach_the_log(make_tree: TreeFactory) -> None:
+    root = hive_only(make_tree)
+    with start(root, "--log-level", "debug") as process:
+        wait_for_line(process, "colony running")
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=20)
+    assert "do-not-log-me" not in (root / "log.jsonl").read_text()
+
+
+def test_a_second_daemon_on_the_same_root_is_refused(make_tree: TreeFactory) -> None:
+    root = hive_only(make_tree)
+    with start(root) as first:
+        try:
+            wait_for_line(first, "colony running")
+            second = subprocess.run(
+                [MECLAW, "--root", str(root)], capture_output=True, text=True, timeout=30
+            )
+            assert second.returncode == 1
+            assert f"(pid {first.pid})" in second.stderr
+            assert "Traceback" not in second.stderr
+        finally:
+            first.send_signal(signal.SIGTERM)
+            first.wait(timeout=20)
+
+
+def test_a_dangling_endpoint_refuses_the_boot_with_exit_1(make_tree: TreeFactory) -> None:
+    root = make_tree({"main/config.json": hive({"from": ".", "to": "/sink"})})
+    done = subprocess.run([MECLAW, "--root", str(root)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1
+    assert "dangling endpoint" in done.stderr
+    assert "/sink" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_an_invalid_tree_is_reported_and_nothing_starts(make_tree: TreeFactory) -> None:
+    root = make_tree({"main/config.json": hive(), "main/a/config.json": cell("lmm")})
+    done = subprocess.run([MECLAW, "--root", str(root)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1
+    assert "error[unknown_cell_type]" in done.stderr
+    assert not (root / "colony.db").exists()
