@@ -109,9 +109,8 @@ async def main(messages: int, depth: int, repeats: int) -> None:
     )
     print(f"  bare asyncio.Queue hand-off: {bare:>10,.0f} /s  ({1e6 / bare:6.2f} µs each)")
     print(f"ratio floor/colony: log on {bare / with_log:.1f}x, log off {bare / without_log:.1f}x")
-    print(
-        f"target: >= 20,000 decisions/s with the log on -> {'met' if with_log >= 20_000 else 'NOT met'}"
-    )
+    verdict = "met" if with_log >= 20_000 else "NOT met"
+    print(f"target: >= 20,000 decisions/s with the log on -> {verdict}")
 
 
 if __name__ == "__main__":

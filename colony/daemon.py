@@ -48,7 +48,7 @@ async def run(
         return EXIT_FAILED
     tree = result.tree
     level = log_level or tree.colony.log_default_level
-    with open(log_file, "a", encoding="utf-8") as stream:
+    with open(log_file, "a", encoding="utf-8") as stream:  # noqa: ASYNC230 (once, at boot)
         log = file_logger(stream, level)
         db = ColonyDb(root / "colony.db")
         try:

@@ -7,6 +7,7 @@ also names the holder, for the refusal message.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -40,10 +41,8 @@ class RootLease:
             holder = handle.read().strip()
             handle.close()
             who = ""
-            try:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
                 who = f" (pid {json.loads(holder)['pid']})"
-            except (ValueError, KeyError, TypeError):
-                pass
             raise LeaseHeldError(
                 f"another meclaw{who} is running on {self.path.parent}; stop it first "
                 "(one daemon per colony root)"
