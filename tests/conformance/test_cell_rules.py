@@ -362,3 +362,32 @@ async def test_the_harness_never_writes_the_original_tree(make_tree: TreeFactory
         await colony.send("/", user())
         await colony.settle()
     assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == before
+
+
+# -- hot and cold stateful cells --------------------------------------------------------------
+
+
+async def test_an_idle_stateful_cell_sleeps_and_the_next_message_wakes_it(
+    make_tree: TreeFactory,
+) -> None:
+    async with harness(make_tree(chain("stateful_echo", idle_timeout_ms=30))) as colony:
+        runner = colony.colony.runners["/a"]
+        assert runner.state.value == "not_yet_spawned"
+        await colony.send("/a", user("one"))
+        await colony.settle()
+        assert runner.state.value == "awake"
+        for _ in range(100):
+            if runner.state.value == "asleep":
+                break
+            await asyncio.sleep(0.01)
+        assert runner.state.value == "asleep"
+        await colony.send("/a", user("two"))
+        await colony.settle()
+        assert [m.body["messages"][-1]["text"] for m in colony.captured("/sink")] == ["one", "two"]
+
+
+async def test_a_one_shot_stateful_cell_sleeps_after_every_message(make_tree: TreeFactory) -> None:
+    async with harness(make_tree(chain("stateful_echo", timeout=1))) as colony:
+        await colony.send("/a", user())
+        await colony.settle()
+        assert colony.colony.runners["/a"].state.value == "asleep"

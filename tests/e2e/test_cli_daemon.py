@@ -109,3 +109,25 @@ def test_an_invalid_tree_is_reported_and_nothing_starts(make_tree: TreeFactory) 
     assert done.returncode == 1
     assert "error[unknown_cell_type]" in done.stderr
     assert not (root / "colony.db").exists()
+
+
+def test_the_env_flag_supplies_the_boots_variables(make_tree: TreeFactory, tmp_path: Path) -> None:
+    root = make_tree(
+        {
+            "main/config.json": {
+                "cell": {"type": "hive"},
+                "description": "${MECLAW_BOOT_ONLY_VAR}",
+            }
+        }
+    )
+    missing = subprocess.run(
+        [MECLAW, "--root", str(root)], capture_output=True, text=True, timeout=30
+    )
+    assert missing.returncode == 1
+    assert "env_var_missing" in missing.stderr
+    env_file = tmp_path / "boot.env"
+    env_file.write_text("MECLAW_BOOT_ONLY_VAR=present\n")
+    with start(root, "--env", str(env_file)) as process:
+        wait_for_line(process, "colony running")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
