@@ -33,4 +33,14 @@ def implemented_cell_types() -> dict[str, CellType]:
 
     Imported lazily so that loading a tree never imports every cell's dependencies.
     """
-    return {}
+    from cells.code import CODE
+    from cells.store import STORE
+
+    return {cell_type.name: cell_type for cell_type in (CODE, STORE)}
+
+
+async def close_shared_resources() -> None:
+    """Stop what cell types share across cells (the code cell's warm workers)."""
+    from cells.code.process import close_shared_zygotes
+
+    await close_shared_zygotes()

@@ -10,7 +10,7 @@ Cell modules import this module, never the router.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -53,6 +53,23 @@ class CellSpec:
     contract: Contract
     cell: CellBlock
     colony: ColonyConfig
+    log: Any = None
+    """A structlog logger bound to this cell (None outside a colony)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParamProblem:
+    """One thing wrong with a cell's ``params`` (reported by ``--validate`` and at boot)."""
+
+    path: tuple[str | int, ...]
+    """Inside ``params``."""
+    code: str
+    message: str
+    hint: str | None = None
+
+
+ParamsCheck = Callable[[Any, "Path | None"], list[ParamProblem]]
+"""Checks a cell's params (and files in its folder) without building the cell."""
 
 
 @runtime_checkable
@@ -95,4 +112,33 @@ class CellType:
     factory: Callable[[CellSpec], Cell | Awaitable[Cell]]
     default_max_concurrency: int = 4
     """Stateless cells: concurrency when ``params.max_concurrency`` is absent."""
+    check_params: ParamsCheck | None = None
+    """Run by the loader, so ``--validate`` reports bad params before anything starts."""
     options: dict[str, Any] = field(default_factory=dict)
+
+
+def pydantic_check(
+    model: type[Any], extra: Callable[[Any, Path | None], list[ParamProblem]] | None = None
+) -> ParamsCheck:
+    """A :data:`ParamsCheck` from a pydantic model (plus an optional check of the parsed
+    params against the cell's folder, e.g. that a script file exists)."""
+    from pydantic import ValidationError
+
+    from colony.config.schema_errors import diagnostics_from
+
+    def check(params: Any, folder: Path | None) -> list[ParamProblem]:
+        try:
+            parsed = model.model_validate({} if params is None else params)
+        except ValidationError as exc:
+            return [
+                ParamProblem(d.path, d.code, d.message, d.hint)
+                for d in diagnostics_from(exc, model, file="")
+            ]
+        return extra(parsed, folder) if extra is not None else []
+
+    return check
+
+
+def param_checks(cell_types: Mapping[str, CellType]) -> dict[str, ParamsCheck]:
+    """Each type's params check, keyed by type name, for the loader."""
+    return {name: t.check_params for name, t in cell_types.items() if t.check_params is not None}

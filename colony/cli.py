@@ -16,7 +16,8 @@ from typing import Annotated
 
 import typer
 
-from cells import BUILTIN_CELL_TYPES
+from cells import BUILTIN_CELL_TYPES, implemented_cell_types
+from colony.cell import param_checks
 from colony.config.diagnostics import has_errors, render_github, render_json, render_text
 from colony.validate import validate
 
@@ -115,7 +116,11 @@ def run(
 
     if do_validate or validate_strict:
         diagnostics = validate(
-            root, cell_types=BUILTIN_CELL_TYPES, env_file=env, strict=validate_strict
+            root,
+            cell_types=BUILTIN_CELL_TYPES,
+            env_file=env,
+            strict=validate_strict,
+            param_checks=param_checks(implemented_cell_types()),
         )
         shown = str(root)
         prefix = os.path.relpath(root)

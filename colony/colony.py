@@ -164,6 +164,7 @@ class Colony:
                 contract=node.config.contract,
                 cell=node.config.cell,
                 colony=tree.colony,
+                log=log.bind(cell=node.path),
             )
             colony._add(spec, cell_types[node.type], activity[node.path], known_ids)
         for cell in extra:
@@ -175,6 +176,7 @@ class Colony:
                 contract=Contract(version="1", settings={}),
                 cell=CellBlock(type=cell.cell_type.name, timeout=-1),
                 colony=tree.colony,
+                log=log.bind(cell=cell.path),
             )
             colony._add(spec, cell.cell_type, True, known_ids)
         return colony

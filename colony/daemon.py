@@ -13,8 +13,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from cells import BUILTIN_CELL_TYPES, implemented_cell_types
-from colony.cell import CellType
+from cells import BUILTIN_CELL_TYPES, close_shared_resources, implemented_cell_types
+from colony.cell import CellType, param_checks
 from colony.colony import BootError, Colony
 from colony.config.diagnostics import has_errors, render_text
 from colony.config.loader import load_tree
@@ -41,7 +41,12 @@ async def run(
     cell_types: Mapping[str, CellType] | None = None,
 ) -> int:
     types = dict(cell_types) if cell_types is not None else implemented_cell_types()
-    result = load_tree(root, cell_types=types.keys() | BUILTIN_CELL_TYPES, env_file=env_file)
+    result = load_tree(
+        root,
+        cell_types=types.keys() | BUILTIN_CELL_TYPES,
+        env_file=env_file,
+        param_checks=param_checks(types),
+    )
     if result.tree is None or has_errors(result.diagnostics):
         sys.stderr.write(render_text(result.diagnostics, root=display_root))
         _say("the colony tree is invalid; nothing was started")
@@ -75,6 +80,7 @@ async def run(
             return EXIT_OK
         finally:
             db.close()
+            await close_shared_resources()
 
 
 def main(root: Path, *, env_file: Path | None, log_file: Path | None, log_level: str | None) -> int:

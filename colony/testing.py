@@ -28,7 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from colony.cell import CellClass, CellSpec, CellType
+from colony.cell import CellClass, CellSpec, CellType, param_checks
 from colony.colony import Colony, ExtraCell
 from colony.config.diagnostics import render_text
 from colony.config.loader import load_tree
@@ -105,7 +105,9 @@ class ColonyHarness:
             shutil.copytree(self.tree_dir, root, ignore=_SKIP_ON_COPY)
             self._write_overrides(root)
         cell_types = {**builtin_cell_types(), **self._extra_types}
-        result = load_tree(root, cell_types=cell_types.keys() | {"capture"})
+        result = load_tree(
+            root, cell_types=cell_types.keys() | {"capture"}, param_checks=param_checks(cell_types)
+        )
         if result.tree is None:
             self._cleanup()
             raise ConfigError(
@@ -139,6 +141,9 @@ class ColonyHarness:
             await self._colony.stop()
         if self._db is not None:
             self._db.close()
+        from cells import close_shared_resources
+
+        await close_shared_resources()
         self._cleanup()
 
     def _write_overrides(self, root: Path) -> None:
@@ -219,6 +224,27 @@ class ColonyHarness:
 
     async def message_log(self, trace_id: str | None = None) -> list[MessageLogEntry]:
         return await self.colony.db.message_log(trace_id)
+
+    def rows(self, cell_path: str, table: str) -> list[dict[str, Any]]:
+        """A store cell's table, as dicts in insertion order (read-only, straight from its
+        ``cell.db``)."""
+        import re
+        import sqlite3
+
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", table):
+            raise ValueError(f"{table!r} is not a table name")
+        runner = self.colony.runners.get(cell_path)
+        if runner is None or runner.spec.folder is None:
+            raise ValueError(f"{cell_path} is not a cell of this tree")
+        db = runner.spec.folder / "cell.db"
+        if not db.exists():
+            return []
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            conn.row_factory = sqlite3.Row
+            return [dict(r) for r in conn.execute(f'SELECT * FROM "{table}" ORDER BY rowid')]
+        finally:
+            conn.close()
 
     def logs(self, event: str | None = None, level: str | None = None) -> list[dict[str, Any]]:
         """Log records, optionally only one event name and/or level (``warning``, ``debug``…)."""

@@ -15,9 +15,18 @@ FIXTURES = REPO / "fixtures"
 CONTRACT = {"version": "1", "settings": {}, "consumes": {}}
 
 
+MINIMAL_PARAMS: dict[str, dict[str, Any]] = {
+    "code": {"runner": "python3", "script_inline": "print('[]')"},
+    "store": {"schema": {"t": {"c": "text"}}},
+}
+"""Valid params for implemented types whose params are required."""
+
+
 def cell(cell_type: str, params: Any = None, **cell_keys: Any) -> dict[str, Any]:
     """A minimal valid config.json for a non-hive cell."""
     doc: dict[str, Any] = {"cell": {"type": cell_type, **cell_keys}, "contract": dict(CONTRACT)}
+    if params is None and cell_type in MINIMAL_PARAMS:
+        params = MINIMAL_PARAMS[cell_type]
     if params is not None:
         doc["params"] = params
     return doc

@@ -13,7 +13,7 @@ import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -24,8 +24,17 @@ from colony.config.jsonpos import Path as JsonPath
 from colony.config.jsonpos import locate
 from colony.config.models import CellConfig, ColonyConfig, HiveConfig, Modifier
 from colony.config.schema_errors import closest, diagnostics_from, json_type_name
-from colony.config.substitute import EnvFileError, Variables, load_env_file, substitute
+from colony.config.substitute import (
+    EnvFileError,
+    Substituted,
+    Variables,
+    load_env_file,
+    substitute,
+)
 from colony.expressions import Engine, ExpressionSyntaxError, default_engine
+
+if TYPE_CHECKING:
+    from colony.cell import ParamsCheck
 
 HIVE = "hive"
 
@@ -263,8 +272,10 @@ class _TreeLoader:
         cell_types: Collection[str],
         variables: Variables,
         engine: Engine,
+        param_checks: Mapping[str, ParamsCheck],
     ) -> None:
         self.root = root
+        self.param_checks = param_checks
         self.cell_types = sorted(set(cell_types) | {HIVE})
         self.variables = variables
         self.engine = engine
@@ -321,6 +332,10 @@ class _TreeLoader:
             self._check_graph(node.path, file, doc, out, broken)
         else:
             self._check_contract(doc, out)
+            if isinstance(cell_type, str) and cell_type in self.param_checks:
+                self._check_params(
+                    self.param_checks[cell_type], doc.get("params"), node.folder, out, result
+                )
             contract = doc.get("contract")
             if isinstance(contract, dict):
                 _check_near_misses(contract, ("contract",), _CONTRACT_KEYS, out)
@@ -370,6 +385,26 @@ class _TreeLoader:
             else ""
         )
         out.error("unknown_cell_type", f"unknown cell type {shown}{why}", ("cell", "type"), hint)
+
+    def _check_params(
+        self,
+        check: ParamsCheck,
+        params: Any,
+        folder: Path,
+        out: _FileDiagnostics,
+        substituted: Substituted,
+    ) -> None:
+        for problem in check(params, folder):
+            where: JsonPath = ("params", *problem.path)
+            if where in substituted.substituted_paths:
+                out.error(
+                    problem.code,
+                    "the value substituted here from a ${...} variable is not valid for this key",
+                    where,
+                    "check the variable's value.",
+                )
+            else:
+                out.error(problem.code, problem.message, where, problem.hint)
 
     def _check_contract(self, doc: dict[str, Any], out: _FileDiagnostics) -> None:
         contract = doc.get("contract")
@@ -550,11 +585,13 @@ def load_tree(
     env_file: Path | None = None,
     environ: Mapping[str, str] | None = None,
     engine: Engine | None = None,
+    param_checks: Mapping[str, ParamsCheck] | None = None,
 ) -> LoadResult:
     """Load and check the colony tree under ``root``; read-only.
 
     ``cell_types`` are the non-hive types this daemon can run (the composition root passes
-    ``cells.BUILTIN_CELL_TYPES``). ``env_file`` defaults to ``<root>/.env``.
+    ``cells.BUILTIN_CELL_TYPES``). ``env_file`` defaults to ``<root>/.env``. ``param_checks``
+    validates each implemented type's ``params`` (and files in its folder).
     """
     diagnostics: list[Diagnostic] = []
 
@@ -610,7 +647,9 @@ def load_tree(
         return LoadResult(None, diagnostics)
 
     root_dir = candidates[0]
-    loader = _TreeLoader(root, cell_types, variables, engine or default_engine())
+    loader = _TreeLoader(
+        root, cell_types, variables, engine or default_engine(), param_checks or {}
+    )
     nodes = discovery.walk(root_dir)
     for node in nodes:
         loader.load_node(node)

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from colony.cli import app
-from tests.conftest import CONTRACT, FIXTURES, TreeFactory, cell, hive
+from tests.conftest import CONTRACT, FIXTURES, MINIMAL_PARAMS, TreeFactory, cell, hive
 
 runner = CliRunner(env={"MECLAW_TEST_UNSET": None})
 
@@ -44,7 +44,10 @@ ERROR_TREES: dict[str, tuple[dict[str, Any], str]] = {
     "invalid json": ({"main/config.json": '{"cell": {"type": "hive"},}'}, "invalid_json"),
     "unknown key": (with_cell(cell("code", restart_limt=1)), "unknown_key"),
     "unknown cell type": (with_cell(cell("llm2")), "unknown_cell_type"),
-    "no contract": (with_cell({"cell": {"type": "code"}}), "contract_incomplete"),
+    "no contract": (
+        with_cell({"cell": {"type": "code"}, "params": MINIMAL_PARAMS["code"]}),
+        "contract_incomplete",
+    ),
     "no contract version": (with_cell(drop(cell("code"), "version")), "contract_incomplete"),
     "no contract settings": (with_cell(drop(cell("code"), "settings")), "contract_incomplete"),
     "no contract consumes": (with_cell(drop(cell("code"), "consumes")), "contract_incomplete"),
@@ -53,6 +56,7 @@ ERROR_TREES: dict[str, tuple[dict[str, Any], str]] = {
         with_cell(
             {
                 "cell": {"type": "code"},
+                "params": MINIMAL_PARAMS["code"],
                 "contract": {**CONTRACT, "emits": {"body": {"x": {"type": "text"}}}},
             }
         ),

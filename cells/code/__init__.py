@@ -1,0 +1,17 @@
+"""The ``code`` cell type: a user's script per message, over stdin/stdout JSON."""
+
+from __future__ import annotations
+
+from cells.code.cell import CodeCell
+from cells.code.params import CodeParams, check_folder
+from colony.cell import CellClass, CellType, pydantic_check
+
+CODE = CellType(
+    "code",
+    CellClass.STATELESS,
+    CodeCell,
+    default_max_concurrency=4,
+    check_params=pydantic_check(CodeParams, check_folder),
+)
+
+__all__ = ["CODE", "CodeCell", "CodeParams"]

@@ -1,0 +1,189 @@
+"""The ``code`` cell: run the user's script once per message.
+
+Stateless: up to ``max_concurrency`` messages run at once, each in a fresh process — forked
+from a warm worker for python3 scripts (about 2 ms), or spawned (tens of ms). Everything that
+goes wrong is an ordinary emission with ``hop.finish_reason: "error"`` and an ``error_code``;
+the colony keeps routing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from cells.code.params import INLINE_ARG_LIMIT, CodeParams
+from cells.code.process import Limits, ProcessError, RunResult, run_spawned, shared_zygote
+from cells.code.wire import WireError, error_content, parse_stdout, script_params, stdin_document
+from colony.cell import CellSpec, Emission
+from colony.contracts import emits_violation
+from colony.envelope import Envelope, JsonObject, split_content
+
+_STDERR_START = "\n##meclaw-stderr-start##\n"
+_STDERR_END = "##meclaw-stderr-end##"
+_SHOWN_OUTPUT = 2000
+"""How much of unusable stdout an ``invalid_json`` error quotes."""
+
+_FLAGS = {"python3": "-c", "bash": "-c", "node": "-e"}
+
+
+def default_interpreter() -> str:
+    return shutil.which("python3") or sys.executable
+
+
+class CodeCell:
+    def __init__(self, spec: CellSpec) -> None:
+        self.params = CodeParams.model_validate({} if spec.params is None else spec.params)
+        self.path = spec.path
+        self.contract = spec.contract
+        self.multi_send = spec.contract.multi_send_capable
+        self.log = spec.log
+        self.visible = script_params(spec.params)
+        self.limits = Limits(
+            cpu_seconds=self.params.cpu_limit, address_space_mb=self.params.memory_mb
+        )
+        self._temp: Path | None = None
+        p = self.params
+        interpreter = p.interpreter or default_interpreter()
+        self._file = p.script_file(spec.folder)
+        self._script = p.script_inline
+        if (
+            self._script is not None
+            and len(self._script.encode()) > INLINE_ARG_LIMIT
+            and not p.forks
+        ):
+            handle, name = tempfile.mkstemp(prefix="meclaw-script-", suffix=".script")
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                out.write(self._script)
+            os.chmod(name, 0o600)
+            self._temp = self._file = Path(name)
+            self._script = None
+        runner = interpreter if p.runner == "python3" else p.runner
+        if self._script is not None:
+            self._argv = [runner, _FLAGS[p.runner], self._script]
+        else:
+            self._argv = [runner, str(self._file)]
+        self._zygote = shared_zygote(interpreter) if p.forks else None
+
+    async def close(self) -> None:
+        if self._temp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self._temp.unlink()
+            self._temp = None
+
+    async def _run(self, stdin: bytes) -> RunResult:
+        p = self.params
+        if self._zygote is not None:
+            await self._zygote.start()
+            return await self._zygote.run(
+                script=self._script,
+                path=str(self._file) if self._script is None else None,
+                stdin=stdin,
+                timeout=p.timeout,
+                limits=self.limits,
+                max_stdout_bytes=p.max_output_bytes,
+            )
+        return await run_spawned(
+            self._argv, stdin, timeout=p.timeout, max_stdout_bytes=p.max_output_bytes
+        )
+
+    async def handle(self, message: Envelope) -> list[Emission]:
+        target = message.reply_to or self.path
+        contents = await self._contents(message)
+        return [Emission(content, target) for content in contents]
+
+    async def _contents(self, message: Envelope) -> list[JsonObject]:
+        stdin = stdin_document(message, self.path, self.visible)
+        try:
+            result = await self._run(stdin)
+        except ProcessError as exc:
+            return [error_content("io_error", str(exc))]
+        duration = result.duration_ms
+        had_stderr = bool(result.stderr)
+        if result.timed_out:
+            return [error_content("script_timeout", "script timed out", duration_ms=duration)]
+        stdout = result.stdout
+        if result.stdout_overflow:
+            return [
+                error_content(
+                    "invalid_json",
+                    f"invalid_json: stdout exceeded max_output_bytes "
+                    f"({self.params.max_output_bytes}); the script was stopped. It began: "
+                    + _shown(stdout),
+                    exit_code=result.exit_code,
+                    had_stderr=had_stderr,
+                    duration_ms=duration,
+                )
+            ]
+        stderr_text = result.stderr.decode("utf-8", "replace")
+        if result.exit_code != 0:
+            text = stdout.decode("utf-8", "replace")
+            if stderr_text:
+                text += _STDERR_START + stderr_text + _STDERR_END
+            return [
+                error_content(
+                    "script_failed",
+                    text,
+                    exit_code=result.exit_code,
+                    had_stderr=had_stderr,
+                    duration_ms=duration,
+                )
+            ]
+        if stderr_text and self.log is not None:
+            self.log.warning(
+                "code_stderr", cell=self.path, trace_id=message.trace_id, stderr=stderr_text
+            )
+        try:
+            items = parse_stdout(stdout)
+        except WireError as exc:
+            return [
+                error_content(
+                    "invalid_json",
+                    f"{exc}; the script printed: {_shown(stdout)}",
+                    exit_code=result.exit_code,
+                    had_stderr=had_stderr,
+                    duration_ms=duration,
+                )
+            ]
+        if len(items) > 1 and not self.multi_send:
+            return [
+                error_content(
+                    "multi_send_not_declared",
+                    "script emitted JSON-Array without multi_send_capable "
+                    f"({len(items)} messages; set contract.multi_send_capable: true)",
+                    duration_ms=duration,
+                )
+            ]
+        stamped = [_stamp(item, result.exit_code, duration, had_stderr) for item in items]
+        problems = [v for v in (_violation(self.contract, item) for item in stamped) if v]
+        if problems:
+            return [
+                error_content(
+                    "contract_violation",
+                    "script output violates contract.emits: " + "; ".join(problems),
+                    duration_ms=duration,
+                )
+            ]
+        return stamped
+
+
+def _shown(stdout: bytes) -> str:
+    text = stdout[: _SHOWN_OUTPUT * 4].decode("utf-8", "replace")
+    if len(text) > _SHOWN_OUTPUT or len(stdout) > _SHOWN_OUTPUT * 4:
+        return text[:_SHOWN_OUTPUT] + f"… [cut, {len(stdout)} bytes]"
+    return text or "(nothing)"
+
+
+def _stamp(item: JsonObject, exit_code: int, duration: int, had_stderr: bool) -> JsonObject:
+    header = dict(item.get("header") or {})
+    header.update(exit_code=exit_code, duration_ms=duration, had_stderr=had_stderr)
+    return {**item, "header": header}
+
+
+def _violation(contract: Any, item: JsonObject) -> str | None:
+    hop, body = split_content(item)
+    return emits_violation(contract, hop, body)

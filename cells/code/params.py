@@ -1,0 +1,100 @@
+"""``params`` of a ``code`` cell.
+
+Unknown keys are allowed on purpose: they are knobs for the script (``window_turns``…) and
+reach it through stdin. Only the keys below mean something to the cell.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from colony.cell import ParamProblem
+
+INLINE_ARG_LIMIT = 131_071
+"""Longer inline scripts run from a temporary file (the OS caps one argv string)."""
+
+
+class CodeParams(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+
+    runner: Literal["python3", "bash", "node"] = "python3"
+    """What runs the script."""
+    script_inline: str | None = None
+    script: str | None = None
+    """A file, relative to the cell's folder."""
+    script_path: str | None = None
+    """meclaw's key: an absolute path, or one relative to the daemon's working directory."""
+    external_timeout_ms: Annotated[int, Field(ge=1)] = 60_000
+    """Wall-clock limit of one run; the process group is killed when it elapses."""
+    max_concurrency: Annotated[int, Field(ge=1)] = 4
+    isolation: Literal["fork", "spawn"] | None = None
+    """``fork`` (python3 only, the default): a fresh process forked from a warm worker;
+    ``spawn``: start the runner anew for every message."""
+    interpreter: str | None = None
+    """The Python used for python3 scripts (default: ``python3`` on PATH)."""
+    cpu_seconds: Annotated[int, Field(ge=1)] | None = None
+    """CPU limit of one run (fork isolation); default: the timeout, rounded up."""
+    memory_mb: Annotated[int, Field(ge=16)] | None = 2048
+    """Address-space limit of one run (fork isolation); null lifts it."""
+    max_output_bytes: Annotated[int, Field(ge=1)] = 4 * 1024 * 1024
+    """A script that prints more is stopped: ``invalid_json``."""
+    sandbox: Any = None
+    """Accepted for meclaw trees; not applied (process isolation is not a sandbox)."""
+
+    @model_validator(mode="after")
+    def _one_script(self) -> CodeParams:
+        given = [k for k in ("script_inline", "script", "script_path") if getattr(self, k)]
+        if len(given) != 1:
+            raise PydanticCustomError(
+                "script_choice",
+                "exactly one of script_inline, script, script_path is required (got {got})",
+                {"got": ", ".join(given) or "none"},
+            )
+        if self.isolation == "fork" and self.runner != "python3":
+            raise PydanticCustomError(
+                "isolation_unsupported",
+                "isolation 'fork' runs python3 scripts only; use 'spawn' for {runner}",
+                {"runner": self.runner},
+            )
+        return self
+
+    @property
+    def forks(self) -> bool:
+        return self.runner == "python3" and self.isolation != "spawn"
+
+    @property
+    def timeout(self) -> float:
+        return self.external_timeout_ms / 1000
+
+    @property
+    def cpu_limit(self) -> int:
+        return self.cpu_seconds or max(1, math.ceil(self.timeout))
+
+    def script_file(self, folder: Path | None) -> Path | None:
+        """The script file this cell runs, if it runs one."""
+        if self.script is not None:
+            return (folder or Path.cwd()) / self.script
+        if self.script_path is not None:
+            return Path(self.script_path)
+        return None
+
+
+def check_folder(params: CodeParams, folder: Path | None) -> list[ParamProblem]:
+    """The script file must exist (checked by ``--validate``, not on the first message)."""
+    file = params.script_file(folder)
+    if file is not None and not file.is_file():
+        key = "script" if params.script is not None else "script_path"
+        return [
+            ParamProblem(
+                (key,),
+                "script_missing",
+                f"the script file {file} does not exist",
+                "create it, or fix the path (script is relative to the cell's folder).",
+            )
+        ]
+    return []

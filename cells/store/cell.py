@@ -1,0 +1,264 @@
+"""The ``store`` cell: SQLite tables in the cell's own ``cell.db``.
+
+Stateful, so the colony hands it one message at a time: that single writer is what turns a
+guarded update (``set fired=1 where … and fired=0``) into a compare-and-set exactly one racer
+wins. Operations run on the event loop — each is one short statement, far cheaper than a
+thread hop — and ``query_timeout_ms`` interrupts a long one through SQLite's progress handler.
+
+A reply is one ``tool_result`` turn on the call's id with hop ``{operation, rows_affected,
+duration_ms}``. SQL failures are ordinary results carrying ``hop.error_code``; a malformed call
+(``invalid_input``), a timeout (``query_timeout``) or a refused write (``write_denied``) also
+carries ``finish_reason: "error"``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from cells.store.ops import WRITES, ArgsError, Plan, UnknownName, parse_call, plan
+from cells.store.params import SQL_TYPES, StoreParams, read_seed
+from colony.cell import CellSpec, Emission
+from colony.envelope import Envelope, JsonObject
+from colony.paths import parent
+
+_PARAMS_TABLE = "store_params"
+_MUTABLE_PARAMS = ("query_timeout_ms",)
+_TYPE_BACK = {"INTEGER": "int", "TEXT": "text"}
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _read_back(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return list(value)
+    return value
+
+
+def _inside(sender: str, scope: str) -> bool:
+    if scope == "/":
+        return True
+    return sender == scope or sender.startswith(scope + "/")
+
+
+class StoreCell:
+    def __init__(self, spec: CellSpec) -> None:
+        self.params = StoreParams.model_validate(spec.params)
+        self.path = spec.path
+        self.scope = parent(spec.path)
+        self.schema: dict[str, dict[str, str]] = {
+            t: dict(cols) for t, cols in self.params.schema_.items()
+        }
+        db = ":memory:" if spec.folder is None else str(Path(spec.folder) / "cell.db")
+        fresh = db == ":memory:" or not Path(db).exists()
+        self.conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.execute("PRAGMA busy_timeout=5000")
+        self.query_timeout_ms = self.params.query_timeout_ms
+        self._deadline = 0.0
+        self._prepare(fresh, spec.folder)
+
+    # -- the database ---------------------------------------------------------------------
+
+    def _prepare(self, fresh: bool, folder: Path | None) -> None:
+        conn = self.conn
+        conn.execute(
+            f'CREATE TABLE IF NOT EXISTS "{_PARAMS_TABLE}" '
+            "(key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at INTEGER NOT NULL)"
+        )
+        for table, columns in self.schema.items():
+            self._ensure_table(table, columns)
+        # Tables made at runtime by create_table are part of the schema too.
+        for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        ).fetchall():
+            if name in self.schema or name == _PARAMS_TABLE:
+                continue
+            info = conn.execute(f'PRAGMA table_info("{name}")').fetchall()
+            self.schema[name] = {row[1]: _TYPE_BACK.get(row[2], "text") for row in info}
+        for key, value in conn.execute(f'SELECT key, value FROM "{_PARAMS_TABLE}"').fetchall():
+            if key == "query_timeout_ms":
+                self.query_timeout_ms = json.loads(value)
+        if fresh and folder is not None:
+            self._seed(Path(folder))
+
+    def _ensure_table(self, table: str, columns: dict[str, str]) -> None:
+        conn = self.conn
+        definition = ", ".join(f'"{c}" {SQL_TYPES[t]}' for c, t in sorted(columns.items()))
+        conn.execute(f'CREATE TABLE IF NOT EXISTS "{table}" ({definition})')
+        present = {row[1] for row in conn.execute(f'PRAGMA table_info("{table}")').fetchall()}
+        for column, kind in sorted(columns.items()):
+            if column not in present:
+                conn.execute(f'ALTER TABLE "{table}" ADD COLUMN "{column}" {SQL_TYPES[kind]}')
+
+    def _seed(self, folder: Path) -> None:
+        for table, columns in self.params.schema_.items():
+            file = folder / "seed" / f"{table}.jsonl"
+            if not file.is_file():
+                continue
+            rows = read_seed(file, columns)
+            names = sorted(columns)
+            sql = (
+                f'INSERT INTO "{table}" ({", ".join(f"{chr(34)}{c}{chr(34)}" for c in names)}) '
+                f"VALUES ({', '.join('?' for _ in names)})"
+            )
+            from cells.store.ops import bind
+
+            self.conn.execute("BEGIN")
+            self.conn.executemany(sql, [[bind(row.get(c)) for c in names] for row in rows])
+            self.conn.execute("COMMIT")
+
+    async def close(self) -> None:
+        self.conn.close()
+
+    # -- one message ----------------------------------------------------------------------
+
+    async def handle(self, message: Envelope) -> list[Emission]:
+        target = message.reply_to or self.path
+        body = message.body if isinstance(message.body, dict) else {}
+        if "params" in body:
+            problem = self._update_params(body["params"])
+            if problem is not None:
+                return [Emission(_error("params_update", "invalid_input", problem, ""), target)]
+            if not body.get("messages"):
+                return []  # a params-only message is applied silently
+        return [Emission(self._answer(message, body), target)]
+
+    def _answer(self, message: Envelope, body: JsonObject) -> JsonObject:
+        started = time.perf_counter()
+        try:
+            call_id, args = parse_call(body.get("messages"))
+        except ArgsError as exc:
+            return _error(exc.operation, "invalid_input", exc.text, "")
+        operation = args.get("operation") if isinstance(args.get("operation"), str) else "error"
+        if (
+            self.params.write_surface == "internal"
+            and operation in WRITES
+            and not (message.reply_to and _inside(message.reply_to, self.scope))
+        ):
+            return _error(
+                str(operation),
+                "write_denied",
+                f"{self.path} accepts writes only from inside {self.scope}",
+                call_id,
+            )
+        try:
+            step = plan(args, self.schema)
+        except ArgsError as exc:
+            return _error(exc.operation, "invalid_input", exc.text, "")
+        except UnknownName as exc:
+            return _result(str(operation), 0, started, exc.text, call_id, exc.code)
+        try:
+            rows_affected, payload = self._execute(step)
+        except sqlite3.OperationalError as exc:
+            if "interrupted" in str(exc):
+                return _error(
+                    step.operation, "query_timeout", "query exceeded query_timeout_ms", ""
+                )
+            return _result(step.operation, 0, started, str(exc), call_id, _classify(exc))
+        except sqlite3.Error as exc:
+            return _result(step.operation, 0, started, str(exc), call_id, _classify(exc))
+        except OverflowError as exc:
+            return _result(step.operation, 0, started, str(exc), call_id, "type_mismatch")
+        return _result(step.operation, rows_affected, started, payload, call_id, None)
+
+    def _progress(self) -> int:
+        return 1 if time.monotonic() > self._deadline else 0
+
+    def _execute(self, step: Plan) -> tuple[int, str]:
+        conn = self.conn
+        if self.query_timeout_ms:
+            self._deadline = time.monotonic() + self.query_timeout_ms / 1000
+            conn.set_progress_handler(self._progress, 1000)
+        try:
+            if step.operation == "create_table":
+                self._ensure_table(step.table, step.new_columns)
+                self.schema.setdefault(step.table, {}).update(step.new_columns)
+                return 0, "null"
+            cursor = conn.execute(step.sql, step.values)
+            if step.operation == "select":
+                rows = [
+                    {name: _read_back(value) for name, value in zip(step.columns, row, strict=True)}
+                    for row in cursor.fetchall()
+                ]
+                return len(rows), _dumps(rows)
+            return cursor.rowcount, "null"
+        finally:
+            if self.query_timeout_ms:
+                conn.set_progress_handler(None, 0)
+
+    def _update_params(self, update: Any) -> str | None:
+        if not isinstance(update, dict):
+            return "params must be an object"
+        for key, value in update.items():
+            if key not in _MUTABLE_PARAMS:
+                mutable = ", ".join(_MUTABLE_PARAMS)
+                return f"params.{key} cannot be changed at runtime (mutable: {mutable})"
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 1
+            ):
+                return "params.query_timeout_ms must be an integer >= 1 or null"
+        now = int(time.time())
+        for key, value in update.items():
+            self.conn.execute(
+                f'INSERT INTO "{_PARAMS_TABLE}"(key, value, updated_at) VALUES (?, ?, ?) '
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
+                "updated_at = excluded.updated_at",
+                (key, json.dumps(value), now),
+            )
+            if key == "query_timeout_ms":
+                self.query_timeout_ms = value
+        return None
+
+
+def _classify(exc: sqlite3.Error) -> str:
+    text = str(exc).lower()
+    if isinstance(exc, sqlite3.IntegrityError):
+        return "constraint_violation"
+    if "datatype mismatch" in text:
+        return "type_mismatch"
+    if "no such table" in text:
+        return "unknown_table"
+    if "has no column named" in text or "no such column" in text:
+        return "unknown_column"
+    return "sql_error"
+
+
+def _result(
+    operation: str,
+    rows_affected: int,
+    started: float,
+    text: str,
+    call_id: str,
+    error_code: str | None,
+) -> JsonObject:
+    header: JsonObject = {
+        "operation": operation,
+        "rows_affected": rows_affected,
+        "duration_ms": int((time.perf_counter() - started) * 1000),
+    }
+    if error_code is not None:
+        header["error_code"] = error_code
+    return {
+        "header": header,
+        "messages": [{"origin": "tool", "type": "tool_result", "text": text, "id": call_id}],
+    }
+
+
+def _error(operation: str, code: str, text: str, call_id: str) -> JsonObject:
+    return {
+        "header": {
+            "operation": operation,
+            "rows_affected": 0,
+            "duration_ms": 0,
+            "finish_reason": "error",
+            "error_code": code,
+        },
+        "messages": [{"origin": "tool", "type": "tool_result", "text": text, "id": call_id}],
+    }

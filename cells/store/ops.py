@@ -1,0 +1,263 @@
+"""Store operations: arguments in, one SQL statement and its bound values out.
+
+Pure: no connection here. Every table and column name is checked — first that it is an
+identifier, then that the schema declares it — before it is quoted into SQL, and every value
+is a bound parameter. A malformed call is :class:`ArgsError` (``invalid_input``); a name the
+schema lacks is :class:`UnknownName` (``unknown_table`` / ``unknown_column``, reported like an
+SQL error).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from cells.store.params import SQL_TYPES, identifier_problem
+
+Schema = dict[str, dict[str, str]]
+
+KNOWN_ARGS: dict[str, tuple[str, ...]] = {
+    "insert": ("row",),
+    "select": ("columns", "where", "order_by", "limit", "distinct"),
+    "update": ("set", "where"),
+    "delete": ("where",),
+    "create_table": ("columns",),
+}
+WRITES = frozenset({"insert", "update", "delete", "create_table"})
+_COMPARISONS = {"eq": "=", "neq": "!=", "lt": "<", "lte": "<=", "gt": ">", "gte": ">="}
+
+
+class ArgsError(Exception):
+    """The call is malformed (``invalid_input``)."""
+
+    def __init__(self, operation: str, text: str) -> None:
+        self.operation = operation
+        self.text = text
+        super().__init__(text)
+
+
+class UnknownName(Exception):
+    """A table or column the schema does not declare."""
+
+    def __init__(self, code: str, text: str) -> None:
+        self.code = code
+        self.text = text
+        super().__init__(text)
+
+
+@dataclass(slots=True)
+class Plan:
+    operation: str
+    table: str
+    sql: str
+    values: list[Any] = field(default_factory=list)
+    columns: list[str] = field(default_factory=list)
+    """For a select: the keys of each returned row."""
+    new_columns: dict[str, str] = field(default_factory=dict)
+    """For create_table: the columns it declares."""
+
+
+def bind(value: Any) -> Any:
+    """A JSON value as an SQLite parameter: bools as 1/0, objects and arrays as JSON text."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return value
+
+
+def parse_call(messages: Any) -> tuple[str, dict[str, Any]]:
+    """``(call id, args)`` from ``body.messages``: the first turn must be a tool_call whose
+    text is a JSON object."""
+    if not isinstance(messages, list) or not messages:
+        raise ArgsError("error", "the body needs messages[0], a tool_call carrying the operation")
+    turn = messages[0]
+    if not isinstance(turn, dict) or turn.get("type") != "tool_call":
+        raise ArgsError("error", "messages[0] must be a tool_call turn")
+    call_id = turn.get("id") if isinstance(turn.get("id"), str) else ""
+    try:
+        args = json.loads(turn.get("text") or "")
+    except (json.JSONDecodeError, TypeError):
+        raise ArgsError("error", "the tool_call text is not JSON") from None
+    if not isinstance(args, dict):
+        raise ArgsError("error", "the tool_call text must be a JSON object")
+    return str(call_id), args
+
+
+def _table(operation: str, args: dict[str, Any], schema: Schema) -> str:
+    table = args.get("table")
+    problem = identifier_problem(table)
+    if problem:
+        raise ArgsError(operation, f"{operation}: table {problem}")
+    assert isinstance(table, str)
+    if table not in schema:
+        raise UnknownName("unknown_table", f"no such table: {table}")
+    return table
+
+
+def _column(operation: str, table: str, name: Any, schema: Schema) -> str:
+    problem = identifier_problem(name)
+    if problem:
+        raise ArgsError(operation, f"{operation}: column {problem}")
+    assert isinstance(name, str)
+    if name not in schema[table]:
+        raise UnknownName("unknown_column", f"table {table} has no column named {name}")
+    return name
+
+
+def _scalar(operation: str, value: Any, what: str) -> Any:
+    if isinstance(value, dict | list):
+        raise ArgsError(operation, f"{operation}: {what} must be a scalar")
+    return bind(value)
+
+
+def _comparison(operation: str, column: str, spec: Any) -> tuple[str, list[Any]]:
+    if not isinstance(spec, dict):
+        return f'"{column}" = ?', [_scalar(operation, spec, f"where.{column}")]
+    if len(spec) != 1:
+        raise ArgsError(operation, f"{operation}: where.{column} must hold exactly one operator")
+    ((op, value),) = spec.items()
+    if op in _COMPARISONS:
+        return f'"{column}" {_COMPARISONS[op]} ?', [
+            _scalar(operation, value, f"where.{column}.{op}")
+        ]
+    if op == "in":
+        if not isinstance(value, list) or not value:
+            raise ArgsError(operation, f"{operation}: where.{column}.in must be a non-empty array")
+        marks = ", ".join("?" for _ in value)
+        return f'"{column}" IN ({marks})', [
+            _scalar(operation, v, f"where.{column}.in") for v in value
+        ]
+    if op == "is_null":
+        if not isinstance(value, bool):
+            raise ArgsError(operation, f"{operation}: where.{column}.is_null must be true or false")
+        return f'"{column}" IS {"" if value else "NOT "}NULL', []
+    raise ArgsError(
+        operation,
+        f"{operation}: unknown operator {op!r} in where.{column} "
+        f"(known: {', '.join([*_COMPARISONS, 'in', 'is_null', 'or_null'])})",
+    )
+
+
+def _where(operation: str, table: str, where: Any, schema: Schema) -> tuple[str, list[Any]]:
+    if where is None:
+        return "", []
+    if not isinstance(where, dict):
+        raise ArgsError(operation, f"{operation}: where must be an object")
+    clauses: list[str] = []
+    values: list[Any] = []
+    for name, spec in where.items():
+        column = _column(operation, table, name, schema)
+        if isinstance(spec, dict) and list(spec) == ["or_null"]:
+            inner, bound = _comparison(operation, column, spec["or_null"])
+            clauses.append(f'({inner} OR "{column}" IS NULL)')
+        else:
+            inner, bound = _comparison(operation, column, spec)
+            clauses.append(inner)
+        values.extend(bound)
+    if not clauses:
+        return "", []
+    return " WHERE " + " AND ".join(clauses), values
+
+
+def _row(operation: str, table: str, row: Any, key: str, schema: Schema) -> dict[str, Any]:
+    if not isinstance(row, dict) or not row:
+        raise ArgsError(operation, f"{operation}: {key} must be a non-empty object")
+    return {_column(operation, table, name, schema): bind(value) for name, value in row.items()}
+
+
+def plan(args: dict[str, Any], schema: Schema) -> Plan:
+    """The statement for one call (see the module docstring for the two error families)."""
+    operation = args.get("operation")
+    if not isinstance(operation, str) or operation not in KNOWN_ARGS:
+        raise ArgsError(
+            "error",
+            f"unknown operation {operation!r} (known: {', '.join(KNOWN_ARGS)})",
+        )
+    known = KNOWN_ARGS[operation]
+    for key in args:
+        if key not in ("operation", "table", *known):
+            raise ArgsError(
+                operation,
+                f'{operation}: unknown argument "{key}" '
+                f"(known: operation, table, {', '.join(known)})",
+            )
+    if operation == "create_table":
+        return _create_table(args, schema)
+    table = _table(operation, args, schema)
+    if operation == "insert":
+        row = _row(operation, table, args.get("row"), "row", schema)
+        names = ", ".join(f'"{c}"' for c in row)
+        marks = ", ".join("?" for _ in row)
+        return Plan(
+            operation,
+            table,
+            f'INSERT INTO "{table}" ({names}) VALUES ({marks})',
+            list(row.values()),
+        )
+    if operation == "update":
+        changes = _row(operation, table, args.get("set"), "set", schema)
+        where, bound = _where(operation, table, args.get("where"), schema)
+        sets = ", ".join(f'"{c}" = ?' for c in changes)
+        return Plan(
+            operation, table, f'UPDATE "{table}" SET {sets}{where}', [*changes.values(), *bound]
+        )
+    if operation == "delete":
+        where, bound = _where(operation, table, args.get("where"), schema)
+        return Plan(operation, table, f'DELETE FROM "{table}"{where}', bound)
+    return _select(args, table, schema)
+
+
+def _select(args: dict[str, Any], table: str, schema: Schema) -> Plan:
+    op = "select"
+    columns = args.get("columns")
+    if not isinstance(columns, list) or not columns:
+        raise ArgsError(op, "select: columns is required (a non-empty array of column names)")
+    names = [_column(op, table, c, schema) for c in columns]
+    where, values = _where(op, table, args.get("where"), schema)
+    sql = f"SELECT {'DISTINCT ' if args.get('distinct') is True else ''}"
+    if "distinct" in args and not isinstance(args["distinct"], bool):
+        raise ArgsError(op, "select: distinct must be true or false")
+    sql += ", ".join(f'"{c}"' for c in names) + f' FROM "{table}"{where}'
+    order_by = args.get("order_by")
+    if order_by is not None:
+        if not isinstance(order_by, list):
+            raise ArgsError(op, "select: order_by must be an array of {col, dir}")
+        terms: list[str] = []
+        for entry in order_by:
+            if not isinstance(entry, dict) or set(entry) - {"col", "dir"} or "col" not in entry:
+                raise ArgsError(op, "select: each order_by entry is {col, dir?}")
+            column = _column(op, table, entry["col"], schema)
+            direction = entry.get("dir", "asc")
+            if direction not in ("asc", "desc"):
+                raise ArgsError(op, "select: order_by dir must be asc or desc")
+            terms.append(f'"{column}" {direction.upper()}')
+        if terms:
+            sql += " ORDER BY " + ", ".join(terms)
+    limit = args.get("limit")
+    if limit is not None:
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ArgsError(op, "select: limit must be an integer >= 1")
+        sql += " LIMIT ?"
+        values.append(limit)
+    return Plan(op, table, sql, values, names)
+
+
+def _create_table(args: dict[str, Any], schema: Schema) -> Plan:
+    op = "create_table"
+    table = args.get("table")
+    problem = identifier_problem(table)
+    if problem:
+        raise ArgsError(op, f"{op}: table {problem}")
+    assert isinstance(table, str)
+    columns = args.get("columns")
+    if not isinstance(columns, dict) or not columns:
+        raise ArgsError(op, f"{op}: columns must be a non-empty map of column: type")
+    for name, kind in columns.items():
+        problem = identifier_problem(name)
+        if problem:
+            raise ArgsError(op, f"{op}: column {problem}")
+        if kind not in SQL_TYPES:
+            raise ArgsError(op, f"{op}: column {name!r} has type {kind!r}; use text, int or json")
+    return Plan(op, table, "", new_columns=dict(columns))
