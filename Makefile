@@ -29,6 +29,8 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/expressions.py
 	$(BIN)/python bench/routing.py
+	$(BIN)/python bench/code_cell.py
+	$(BIN)/python bench/store.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -255,3 +255,68 @@ def test_the_installed_command_reports_without_a_traceback(tmp_path: Path) -> No
         done = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=60)
         assert done.returncode == code, (args, done.stderr)
         assert "Traceback" not in done.stderr + done.stdout
+
+
+PARAM_ERRORS: dict[str, tuple[dict[str, Any], str, str]] = {
+    "code without a script": (cell("code", {"runner": "python3"}), "script_choice", "params"),
+    "code with two scripts": (
+        cell("code", {"script_inline": "print(1)", "script": "a.py"}),
+        "script_choice",
+        "params",
+    ),
+    "code script file missing": (
+        cell("code", {"script": "missing.py"}),
+        "script_missing",
+        "params.script",
+    ),
+    "code runner unknown": (
+        cell("code", {"runner": "ruby", "script_inline": "x"}),
+        "invalid_value",
+        "params.runner",
+    ),
+    "code timeout zero": (
+        cell("code", {"script_inline": "x", "external_timeout_ms": 0}),
+        "out_of_range",
+        "params.external_timeout_ms",
+    ),
+    "store without schema": (cell("store", {}), "missing_key", "params.schema"),
+    "store bad column type": (
+        cell("store", {"schema": {"t": {"c": "varchar"}}}),
+        "invalid_value",
+        "params.schema.t.c",
+    ),
+    "store bad table name": (
+        cell("store", {"schema": {"sqlite_x": {"c": "text"}}}),
+        "invalid_identifier",
+        "params.schema",
+    ),
+    "store unknown param": (
+        cell("store", {"schema": {"t": {"c": "text"}}, "sceham": {}}),
+        "unknown_key",
+        "params.sceham",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PARAM_ERRORS))
+def test_bad_params_of_implemented_cell_types_fail_validate(
+    make_tree: TreeFactory, name: str
+) -> None:
+    doc, code, pointer = PARAM_ERRORS[name]
+    root = make_tree(with_cell(doc))
+    result = meclaw("--root", str(root), "--validate", "--format", "json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert [(d["code"], d["path"]) for d in report["diagnostics"]] == [(code, pointer)]
+
+
+def test_a_broken_store_seed_fails_validate_naming_the_line(make_tree: TreeFactory) -> None:
+    files = with_cell(cell("store", {"schema": {"t": {"c": "text"}}}))
+    files["main/w/seed/t.jsonl"] = '{"schema": {"c": "text"}}\n{"c": "ok"}\n{"c": \n'
+    result = meclaw("--root", str(make_tree(files)), "--validate")
+    assert result.exit_code == 1
+    assert "error[invalid_seed]" in result.stderr
+    assert "seed/t.jsonl: line 3" in result.stderr
+    files["main/w/seed/t.jsonl"] = '{"c": "no header"}\n'
+    result = meclaw("--root", str(make_tree(files)), "--validate")
+    assert "first line must be" in result.stderr

@@ -1,0 +1,120 @@
+"""Guarded updates per second through the store cell, against the same statement run directly
+on sqlite3 in the same process.
+
+Through the cell, each update is a message: ingress → root hive → store → capture cell, the
+store reply included. Directly, it is ``conn.execute(UPDATE …)`` on a connection with the same
+pragmas. The ratio is the figure.
+
+    python bench/store.py [--updates N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sqlite3
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from colony.testing import ColonyHarness
+
+GUARD = {
+    "operation": "update",
+    "table": "thread",
+    "set": {"fired": 1},
+    "where": {"turn_id": "t1", "iter": 0, "role": "assistant", "fired": 0},
+}
+SCHEMA = {
+    "thread": {"turn_id": "text", "iter": "int", "role": "text", "fired": "int", "turn": "json"}
+}
+
+
+def build_tree(root: Path) -> Path:
+    files = {
+        "main/config.json": {
+            "cell": {"type": "hive"},
+            "params": {
+                "graph": {
+                    "edges": [{"from": ".", "to": "./memory"}, {"from": "./memory", "to": "/sink"}]
+                }
+            },
+        },
+        "main/memory/config.json": {
+            "cell": {"type": "store"},
+            "params": {"schema": SCHEMA},
+            "contract": {"version": "1", "settings": {}, "consumes": {}},
+        },
+    }
+    for rel, doc in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc))
+    return root
+
+
+def call(args: Mapping[str, object]) -> dict[str, object]:
+    return {
+        "messages": [
+            {"origin": "assistant", "type": "tool_call", "id": "c", "text": json.dumps(args)}
+        ]
+    }
+
+
+async def through_cell(tree: Path, updates: int) -> float:
+    insert = {
+        "operation": "insert",
+        "table": "thread",
+        "row": {"turn_id": "t1", "iter": 0, "role": "assistant", "fired": 0},
+    }
+    async with ColonyHarness(tree, capture=["/sink"], log_level="info") as colony:
+        await colony.send("/memory", call(insert))
+        await colony.settle()
+        body = call(GUARD)
+        start = time.perf_counter()
+        for _ in range(updates):
+            await colony.send("/memory", body)
+        await colony.settle(timeout=600)
+        elapsed = time.perf_counter() - start
+        replies = colony.captured("/sink")[1:]
+        assert sum(r.headers.hop["rows_affected"] for r in replies) == 1
+    return updates / elapsed
+
+
+def direct(path: Path, updates: int) -> float:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute(
+        'CREATE TABLE thread ("fired" INTEGER, "iter" INTEGER, "role" TEXT, "turn" TEXT, '
+        '"turn_id" TEXT)'
+    )
+    conn.execute("INSERT INTO thread (turn_id, iter, role, fired) VALUES ('t1', 0, 'assistant', 0)")
+    sql = (
+        'UPDATE "thread" SET "fired" = ? '
+        'WHERE "turn_id" = ? AND "iter" = ? AND "role" = ? AND "fired" = ?'
+    )
+    start = time.perf_counter()
+    for _ in range(updates):
+        conn.execute(sql, (1, "t1", 0, "assistant", 0))
+    elapsed = time.perf_counter() - start
+    conn.close()
+    return updates / elapsed
+
+
+async def main(updates: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        cell = await through_cell(build_tree(Path(tmp) / "tree"), updates)
+        raw = direct(Path(tmp) / "direct.db", updates)
+    print(f"guarded update ({updates} times, one row, first wins):")
+    print(f"  through the store cell: {cell:>10,.0f} updates/s  ({1e6 / cell:7.1f} µs each)")
+    print(f"  direct sqlite3:         {raw:>10,.0f} updates/s  ({1e6 / raw:7.1f} µs each)")
+    print(f"ratio direct/cell: {raw / cell:.1f}x")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--updates", type=int, default=5000)
+    asyncio.run(main(parser.parse_args().updates))
