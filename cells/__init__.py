@@ -7,7 +7,8 @@ already, so a tree that uses them validates today.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from colony.cell import CellType
@@ -44,3 +45,21 @@ async def close_shared_resources() -> None:
     from cells.code.process import close_shared_zygotes
 
     await close_shared_zygotes()
+
+
+async def prepare(cells: Iterable[tuple[str, Any]]) -> None:
+    """Start what cells share before the daemon starts its own threads: the warm worker
+    every forking python3 ``code`` cell uses. ``cells`` are ``(type, params)`` pairs."""
+    from cells.code.cell import default_interpreter
+    from cells.code.params import CodeParams
+    from cells.code.process import shared_zygote
+
+    interpreters: set[str] = set()
+    for cell_type, params in cells:
+        if cell_type != "code":
+            continue
+        parsed = CodeParams.model_validate({} if params is None else params)
+        if parsed.forks:
+            interpreters.add(parsed.interpreter or default_interpreter())
+    for interpreter in sorted(interpreters):
+        await shared_zygote(interpreter).start()

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from cells import BUILTIN_CELL_TYPES, close_shared_resources, implemented_cell_types
+from cells import BUILTIN_CELL_TYPES, close_shared_resources, implemented_cell_types, prepare
 from colony.cell import CellType, param_checks
 from colony.colony import BootError, Colony
 from colony.config.diagnostics import has_errors, render_text
@@ -53,6 +53,8 @@ async def run(
         return EXIT_FAILED
     tree = result.tree
     level = log_level or tree.colony.log_default_level
+    # Warm workers fork children: start them before colony.db's writer thread exists.
+    await prepare((node.type, node.config.params) for node in tree.cells.values())
     with open(log_file, "a", encoding="utf-8") as stream:  # noqa: ASYNC230 (once, at boot)
         log = file_logger(stream, level)
         db = ColonyDb(root / "colony.db")

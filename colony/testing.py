@@ -113,6 +113,9 @@ class ColonyHarness:
             raise ConfigError(
                 list(result.diagnostics), render_text(result.diagnostics, root=str(self.tree_dir))
             )
+        from cells import prepare
+
+        await prepare((node.type, node.config.params) for node in result.tree.cells.values())
         self._db = ColonyDb(root / "colony.db")
         extra = [ExtraCell(path, _capture_type(self._captured[path])) for path in self._capture]
         try:
