@@ -35,9 +35,10 @@ def implemented_cell_types() -> dict[str, CellType]:
     Imported lazily so that loading a tree never imports every cell's dependencies.
     """
     from cells.code import CODE
+    from cells.llm import LLM
     from cells.store import STORE
 
-    return {cell_type.name: cell_type for cell_type in (CODE, STORE)}
+    return {cell_type.name: cell_type for cell_type in (CODE, LLM, STORE)}
 
 
 async def close_shared_resources() -> None:

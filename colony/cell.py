@@ -66,6 +66,8 @@ class ParamProblem:
     code: str
     message: str
     hint: str | None = None
+    warning: bool = False
+    """A warning (``--validate-strict`` makes it an error) rather than an error."""
 
 
 ParamsCheck = Callable[[Any, "Path | None"], list[ParamProblem]]
@@ -114,6 +116,10 @@ class CellType:
     """Stateless cells: concurrency when ``params.max_concurrency`` is absent."""
     check_params: ParamsCheck | None = None
     """Run by the loader, so ``--validate`` reports bad params before anything starts."""
+    backstop_floor_ms: Callable[[Any], int | None] | None = None
+    """The least ``message_timeout`` that cannot cut a legitimate message of this cell (used
+    when the cell sets none): an llm call retried to its limit must end in its own typed
+    ``timeout``, not in the colony's backstop."""
     options: dict[str, Any] = field(default_factory=dict)
 
 

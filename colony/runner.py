@@ -116,6 +116,10 @@ class CellRunner:
             if spec.cell.message_timeout is not None
             else colony.message_timeout_default_ms
         )
+        if spec.cell.message_timeout is None and timeout_ms > 0 and cell_type.backstop_floor_ms:
+            floor = cell_type.backstop_floor_ms(spec.params)
+            if floor is not None:
+                timeout_ms = max(timeout_ms, floor)
         self.message_timeout = (
             None if cell_type.cell_class is CellClass.LONG_RUNNING else _seconds(timeout_ms)
         )
@@ -300,8 +304,17 @@ class CellRunner:
             return None
 
     async def _run_stateful(self) -> None:
+        self._cell: Cell | None = None
+        try:
+            await self._stateful_loop()
+        finally:  # stopped (cancelled) or retired: release the instance's files and sockets
+            await self._close(self._cell)
+            self._cell = None
+
+    async def _stateful_loop(self) -> None:
         cell: Cell | None = None
         while True:
+            self._cell = cell
             message = await self._next(self.idle_timeout if cell is not None else None)
             if message is None:  # idled out
                 await self._close(cell)
@@ -313,6 +326,7 @@ class CellRunner:
                 if cell is None:
                     try:
                         cell = await self._make_cell()
+                        self._cell = cell
                     except Exception as exc:
                         restart = self._crashed(message, exc)
                 if cell is not None:
@@ -381,7 +395,8 @@ class CellRunner:
                 self.host.log.error(
                     "cell_io_crashed", cell=self.path, error=repr(errors.exceptions[0])
                 )
-            await self._close(cell)
+            finally:
+                await self._close(cell)
             if self._count_restart():
                 await self._retire()
                 return

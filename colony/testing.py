@@ -36,6 +36,17 @@ from colony.envelope import Envelope, source_message
 from colony.errors import ConfigError
 from colony.observability import list_logger
 from colony.persist.db import ColonyDb, DeadLetterRow, MessageLogEntry
+from colony.scripted import (
+    Delay,
+    Raw,
+    ScriptedOpenAI,
+    Status,
+    empty_reply,
+    error_status,
+    in_body_error,
+    text_reply,
+    tool_calls_reply,
+)
 
 _SKIP_ON_COPY = shutil.ignore_patterns(
     "*.dot", "*.svg", "cell.db", "cell.db-*", "colony.db", "colony.db-*", "log.jsonl"
@@ -77,6 +88,7 @@ class ColonyHarness:
         log_level: str = "debug",
         log_messages: bool = True,
         workdir: str | Path | None = None,
+        llm_base_url: str | Mapping[str, str] | None = None,
     ) -> None:
         self.tree_dir = Path(tree_dir)
         self._capture = list(capture)
@@ -86,6 +98,7 @@ class ColonyHarness:
         self._log_level = log_level
         self._log_messages = log_messages
         self._workdir = Path(workdir) if workdir is not None else None
+        self._llm_base_url = llm_base_url
         self._tmp: Path | None = None
         self._captured: dict[str, list[Envelope]] = {path: [] for path in self._capture}
         self.records: list[dict[str, Any]] = []
@@ -149,7 +162,34 @@ class ColonyHarness:
         await close_shared_resources()
         self._cleanup()
 
+    def _point_llm_cells(self, root: Path) -> None:
+        """Rewrite ``params.base_url`` of llm cells in the copy (one URL for all, or per path)."""
+        from colony.config import discovery
+
+        wanted = self._llm_base_url
+        if wanted is None:
+            return
+        candidates = discovery.root_candidates(root)
+        if len(candidates) != 1:
+            return  # the loader reports it
+        for node in discovery.walk(candidates[0]):
+            try:
+                doc = json.loads(node.config_file.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            cell = doc.get("cell") if isinstance(doc, dict) else None
+            if not isinstance(cell, dict) or cell.get("type") != "llm":
+                continue
+            url = wanted if isinstance(wanted, str) else wanted.get(node.path)
+            if url is None:
+                continue
+            params = doc.setdefault("params", {})
+            if isinstance(params, dict):
+                params["base_url"] = url
+                node.config_file.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+
     def _write_overrides(self, root: Path) -> None:
+        self._point_llm_cells(root)
         if self._colony_overrides:
             file = root / "colony.json"
             current = json.loads(file.read_text()) if file.exists() else {}
@@ -274,4 +314,17 @@ def spec_for(path: str, params: Any = None) -> CellSpec:
     )
 
 
-__all__: Sequence[str] = ["CaptureCell", "ColonyHarness", "spec_for"]
+__all__: Sequence[str] = [
+    "CaptureCell",
+    "ColonyHarness",
+    "Delay",
+    "Raw",
+    "ScriptedOpenAI",
+    "Status",
+    "empty_reply",
+    "error_status",
+    "in_body_error",
+    "spec_for",
+    "text_reply",
+    "tool_calls_reply",
+]

@@ -403,6 +403,8 @@ class _TreeLoader:
                     where,
                     "check the variable's value.",
                 )
+            elif problem.warning:
+                out.warning(problem.code, problem.message, where, problem.hint)
             else:
                 out.error(problem.code, problem.message, where, problem.hint)
 

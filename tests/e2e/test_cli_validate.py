@@ -75,11 +75,11 @@ ERROR_TREES: dict[str, tuple[dict[str, Any], str]] = {
         "restore_ttl_unconditional",
     ),
     "missing variable": (
-        with_cell(cell("llm", {"api_key": "${MECLAW_TEST_UNSET}"})),
+        with_cell(cell("llm", {"model": "m", "api_key": "${MECLAW_TEST_UNSET}"})),
         "env_var_missing",
     ),
     "unsupported substitution": (
-        with_cell(cell("llm", {"k": "${A:=b}"})),
+        with_cell(cell("llm", {"model": "m", "api_key": "${A:=b}"})),
         "unsupported_substitution",
     ),
     "no root": ({"readme.md": "nothing here"}, "no_root"),
@@ -320,3 +320,19 @@ def test_a_broken_store_seed_fails_validate_naming_the_line(make_tree: TreeFacto
     files["main/w/seed/t.jsonl"] = '{"c": "no header"}\n'
     result = meclaw("--root", str(make_tree(files)), "--validate")
     assert "first line must be" in result.stderr
+
+
+def test_an_unknown_llm_param_is_a_warning_naming_the_closest_key(make_tree: TreeFactory) -> None:
+    root = make_tree(with_cell(cell("llm", {"model": "m", "max_token": 100})))
+    plain = meclaw("--root", str(root), "--validate", "--format", "json")
+    assert plain.exit_code == 0
+    [d] = json.loads(plain.stdout)["diagnostics"]
+    assert (d["severity"], d["code"], d["path"]) == ("warning", "unknown_param", "params.max_token")
+    assert d["hint"].startswith("did you mean 'max_tokens'?")
+    assert meclaw("--root", str(root), "--validate-strict").exit_code == 1
+
+
+def test_an_llm_without_a_model_fails_validate(make_tree: TreeFactory) -> None:
+    result = meclaw("--root", str(make_tree(with_cell(cell("llm", {"api_key": ""})))), "--validate")
+    assert result.exit_code == 1
+    assert "error[missing_key] at params.model" in result.stderr

@@ -1,0 +1,275 @@
+"""The ``llm`` cell: one provider call per message, no inner loop.
+
+Per message: apply a ``params`` slot, write ``system`` leaves through the gate (persisted with
+the input in one transaction), and — if the message has ``messages`` — build the request from
+the whole persisted system tree and the turns, call the provider once (retrying only what the
+transport retries), and emit the answer: tool calls, then text, with hop ``finish_reason``,
+``tokens_prompt``, ``tokens_completion``, ``model``. A round with no text, no call and no
+output is asked once more; a second empty answer is an ``empty_reply`` error. Every failure is
+an emission with ``finish_reason: "error"``, the input messages passed through, and
+``meta.error`` saying where it failed. The API key never leaves the Authorization header.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+
+from cells.llm.chat import (
+    ReplyError,
+    TranslateError,
+    encode,
+    in_body_error,
+    parse_reply,
+    request_body,
+)
+from cells.llm.params import LlmParams, overlay
+from cells.llm.state import LlmState
+from cells.llm.system import GateError, PromptError, check_gate, parse_write, prompt_of, tools_of
+from cells.llm.transport import WireFailure, error_code_for, post
+from colony.cell import CellSpec, Emission
+from colony.envelope import Envelope, JsonObject
+
+_IN_BODY_TYPES = {
+    "rate_limit_exceeded": 429,
+    "rate_limit_error": 429,
+    "insufficient_quota": 429,
+    "invalid_api_key": 401,
+    "authentication_error": 401,
+    "model_not_found": 404,
+    "not_found_error": 404,
+}
+
+
+class _Failure(Exception):
+    def __init__(self, code: str, source: str, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.source = source
+        self.detail = detail
+        self.extra = extra
+
+
+class LlmCell:
+    def __init__(self, spec: CellSpec) -> None:
+        self.path = spec.path
+        self.log = spec.log
+        self.state = LlmState(spec.folder)
+        base = LlmParams.model_validate(spec.params)
+        stored = self.state.overlay()
+        self.params = overlay(base, stored) if stored else base
+        self.client = httpx.AsyncClient(trust_env=False)
+
+    async def close(self) -> None:
+        await self.client.aclose()
+        self.state.close()
+
+    # -- one message --------------------------------------------------------------------
+
+    async def handle(self, message: Envelope) -> list[Emission]:
+        target = message.reply_to or self.path
+        started = time.time()
+        body = message.body
+        if not isinstance(body, dict):
+            return [
+                Emission(
+                    self._error(
+                        "provider_error", "parse", "the body is not an object", [], started
+                    ),
+                    target,
+                )
+            ]
+        turns = body.get("messages")
+        if "params" in body:
+            update = body["params"]
+            try:
+                if not isinstance(update, dict):
+                    raise ValueError("params must be an object")
+                self.params = overlay(self.params, update)
+            except ValueError as exc:
+                detail = str(exc).splitlines()[0]
+                return [
+                    Emission(self._error("invalid_input", "parse", detail, [], started), target)
+                ]
+            self.state.save_overlay(update)
+            if "system" not in body and "messages" not in body:
+                return []
+        if "system" not in body and "messages" not in body:
+            return [
+                Emission(
+                    self._error(
+                        "provider_error", "parse", "requires system or messages slot", [], started
+                    ),
+                    target,
+                )
+            ]
+        if "messages" in body and not isinstance(turns, list):
+            return [
+                Emission(
+                    self._error(
+                        "provider_error", "parse", "messages must be an array", [], started
+                    ),
+                    target,
+                )
+            ]
+        passed = turns if isinstance(turns, list) else []
+        try:
+            write = parse_write(body.get("system", {}))
+            check_gate(
+                write,
+                set(self.state.slots()),
+                max_slots=self.params.system_max_slots,
+                max_leaf_bytes=self.params.system_max_leaf_bytes,
+                writable=self.params.system_writable,
+            )
+        except GateError as exc:
+            return [
+                Emission(self._error("invalid_input", "parse", str(exc), passed, started), target)
+            ]
+        self.state.write(write, turns)
+        if turns is None:
+            return []  # a system-only write is silent
+        try:
+            content = await self._call(message, turns, started)
+        except _Failure as failure:
+            content = self._error(
+                failure.code, failure.source, failure.detail, passed, started, **failure.extra
+            )
+        return [Emission(content, target)]
+
+    async def _call(self, message: Envelope, turns: list[Any], started: float) -> JsonObject:
+        params = self.params
+        slots = self.state.slots()
+        try:
+            request = request_body(
+                params, prompt_of(slots, params.system_order), tools_of(slots), turns
+            )
+        except (TranslateError, PromptError) as exc:
+            raise _Failure("provider_error", "translate", str(exc)) from None
+        content = encode(request)
+        headers = {"Content-Type": "application/json"}
+        if params.api_key:
+            headers["Authorization"] = f"Bearer {params.api_key}"
+        if params.http_referer:
+            headers["HTTP-Referer"] = params.http_referer
+        if params.x_title:
+            headers["X-Title"] = params.x_title
+        url = params.base_url + "/chat/completions"
+        for attempt in (1, 2):
+            begun = time.perf_counter()
+            try:
+                answer = await post(
+                    self.client,
+                    url,
+                    content,
+                    headers,
+                    timeout=params.timeout,
+                    max_retries=params.max_retries,
+                    log=self.log,
+                    cell=self.path,
+                    trace_id=message.trace_id,
+                )
+            except WireFailure as failure:
+                extra: dict[str, Any] = {}
+                if failure.status is not None:
+                    extra["status"] = failure.status
+                if failure.upstream:
+                    extra["upstream_message"] = self._redact(failure.upstream)
+                raise _Failure(failure.code, "wire", failure.detail, **extra) from None
+            latency = int((time.perf_counter() - begun) * 1000)
+            error = in_body_error(answer)
+            if error is not None:
+                raise self._in_body(error)
+            try:
+                reply = parse_reply(answer)
+            except ReplyError as exc:
+                raise _Failure("provider_error", "parse", str(exc)) from None
+            if reply.empty and attempt == 1:
+                if self.log is not None:
+                    self.log.info(
+                        "llm_empty_round_retry", cell=self.path, trace_id=message.trace_id
+                    )
+                continue
+            if reply.empty:
+                if self.log is not None:
+                    self.log.warning(
+                        "llm_empty_reply",
+                        cell=self.path,
+                        trace_id=message.trace_id,
+                        detail="the provider answered nothing twice (no text, no tool call, no "
+                        "output tokens); emitted as error_code empty_reply",
+                    )
+                raise _Failure(
+                    "empty_reply",
+                    "parse",
+                    "the provider answered nothing, twice",
+                    model=reply.model,
+                    response_id=reply.response_id,
+                )
+            hop: JsonObject = {"finish_reason": reply.finish_reason}
+            if reply.tokens_prompt is not None:
+                hop["tokens_prompt"] = reply.tokens_prompt
+            if reply.tokens_completion is not None:
+                hop["tokens_completion"] = reply.tokens_completion
+            hop["model"] = reply.model
+            return {
+                "header": hop,
+                "messages": reply.turns,
+                "meta": {
+                    "provider": params.provider,
+                    "model": reply.model,
+                    "response_id": reply.response_id,
+                    "latency_ms": latency,
+                    "started_at": int(started * 1000),
+                },
+            }
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- errors -------------------------------------------------------------------------
+
+    def _in_body(self, error: JsonObject) -> _Failure:
+        code = error.get("code")
+        status = (
+            code if isinstance(code, int) else _IN_BODY_TYPES.get(str(code or error.get("type")))
+        )
+        message = error.get("message")
+        return _Failure(
+            error_code_for(status) if status else "provider_error",
+            "wire",
+            "the provider answered HTTP 200 with an error object",
+            in_body=True,
+            upstream_message=self._redact(str(message)) if message is not None else None,
+        )
+
+    def _redact(self, text: str) -> str:
+        key = self.params.api_key
+        if key and len(key) >= 4:
+            text = text.replace(key, "[redacted]")
+        return text
+
+    def _error(
+        self,
+        code: str,
+        source: str,
+        detail: str,
+        messages: list[Any],
+        started: float,
+        **extra: Any,
+    ) -> JsonObject:
+        meta: JsonObject = {
+            "provider": self.params.provider,
+            "latency_ms": int((time.time() - started) * 1000),
+            "started_at": int(started * 1000),
+            "error": {"source": source, "detail": self._redact(detail)},
+        }
+        for key in ("model", "response_id"):
+            if key in extra:
+                meta[key] = extra.pop(key)
+        meta["error"].update({k: v for k, v in extra.items() if v is not None})
+        return {
+            "header": {"finish_reason": "error", "error_code": code},
+            "messages": messages,
+            "meta": meta,
+        }

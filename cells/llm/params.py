@@ -1,0 +1,122 @@
+"""``params`` of an ``llm`` cell.
+
+Unknown keys do not stop a boot (meclaw accepts them silently); ``--validate`` warns about each,
+naming the closest known key, because a misspelt ``max_token`` silently keeps the default.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from colony.cell import ParamProblem
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+Provider = Literal["openai"]
+
+
+class LlmParams(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+
+    provider: Provider = "openai"
+    """The wire: ``openai`` = chat completions on any OpenAI-compatible ``base_url``."""
+    model: str
+    api_key: str = ""
+    """Empty: no Authorization header (local servers)."""
+    base_url: str = DEFAULT_BASE_URL
+    """The request goes to ``base_url + "/chat/completions"``."""
+    temperature: float | int = 0.7
+    max_tokens: Annotated[int, Field(ge=1)] = 4096
+    system_order: list[str] = Field(default_factory=list)
+    """Top-level system slots first in the prompt, in this order; the rest alphabetically."""
+    provider_extra: dict[str, Any] = Field(default_factory=dict)
+    """Merged into the request body last, so it wins."""
+    external_timeout_ms: Annotated[int, Field(ge=1)] = 110_000
+    """Timeout of one HTTP attempt."""
+    max_retries: Annotated[int, Field(ge=0, le=10)] = 2
+    """Retries of a 429 or 5xx answer (or a dropped connection), with capped backoff."""
+    attachment_timeout_ms: Annotated[int, Field(ge=1)] = 5000
+    system_max_slots: Annotated[int, Field(ge=1)] = 256
+    system_max_leaf_bytes: Annotated[int, Field(ge=1)] = 65_536
+    system_writable: list[str] = Field(default_factory=list)
+    """If not empty, system writes are limited to these path prefixes."""
+    http_referer: str | None = None
+    x_title: str | None = None
+    reasoning_effort: str | None = None
+    reasoning: dict[str, Any] | None = None
+    auth: Literal["api_key"] = "api_key"
+    auth_ref: str | None = None
+    wire_dialect: Literal["chat_completions"] = "chat_completions"
+
+    @property
+    def timeout(self) -> float:
+        return self.external_timeout_ms / 1000
+
+
+KNOWN = tuple(name for name in LlmParams.model_fields)
+
+MUTABLE = frozenset(
+    {
+        "model",
+        "temperature",
+        "max_tokens",
+        "system_order",
+        "provider_extra",
+        "external_timeout_ms",
+        "max_retries",
+        "http_referer",
+        "x_title",
+        "reasoning_effort",
+        "reasoning",
+    }
+)
+"""Keys a ``params`` body slot may change at runtime; the others are fixed at boot."""
+
+
+def unknown_keys(params: LlmParams, folder: Path | None) -> list[ParamProblem]:
+    problems: list[ParamProblem] = []
+    for key in params.model_extra or {}:
+        guess = difflib.get_close_matches(key, KNOWN, n=1, cutoff=0.6)
+        hint = f"did you mean '{guess[0]}'? " if guess else ""
+        problems.append(
+            ParamProblem(
+                (key,),
+                "unknown_param",
+                f"the llm cell does not know params.{key}; it is ignored",
+                hint + f"Known params: {', '.join(KNOWN)}.",
+                warning=True,
+            )
+        )
+    return problems
+
+
+def overlay(params: LlmParams, update: dict[str, Any]) -> LlmParams:
+    """``params`` with a runtime update applied (raises ValueError naming a refused key)."""
+    for key in update:
+        if key not in MUTABLE:
+            raise ValueError(
+                f"params.{key} cannot be changed at runtime "
+                f"(changeable: {', '.join(sorted(MUTABLE))})"
+            )
+    merged = {**params.model_dump(), **(params.model_extra or {}), **update}
+    return LlmParams.model_validate(merged)
+
+
+def backstop_floor_ms(params: Any) -> int | None:
+    """The longest one message can legitimately take (every attempt timing out, every backoff
+    waited), so the colony's ``message_timeout`` backstop never cuts a call the cell would
+    itself have ended with a typed ``timeout``."""
+    try:
+        parsed = LlmParams.model_validate(params)
+    except ValueError:
+        return None
+    attempts = parsed.max_retries + 1
+    return attempts * parsed.external_timeout_ms + int(BACKOFF_CAP_S * 1000) * attempts + 5_000
+
+
+BACKOFF_BASE_S = 0.5
+BACKOFF_CAP_S = 8.0

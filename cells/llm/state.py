@@ -1,0 +1,132 @@
+"""An llm cell's ``cell.db``: the system slots, the last input, and the params overlay."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from cells.llm.system import JsonObject, SystemWrite
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS system (slot_path TEXT PRIMARY KEY, value TEXT NOT NULL,
+                                   updated_at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS last_input (id INTEGER PRIMARY KEY CHECK (id = 1),
+                                       message_json TEXT NOT NULL, received_at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS params (key TEXT PRIMARY KEY, value TEXT NOT NULL,
+                                   updated_at INTEGER NOT NULL);
+INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '1');
+"""
+
+
+class SeedError(Exception):
+    """``seed/system.jsonl`` is malformed; the message names the line."""
+
+
+def read_system_seed(file: Path) -> dict[str, JsonObject]:
+    """``{"schema": {...}}`` then ``{"slot_path": "identity", "value": {"text": "…"}}`` lines."""
+    out: dict[str, JsonObject] = {}
+    header = False
+    for number, raw in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            doc = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SeedError(f"line {number}: not JSON ({exc.msg})") from None
+        if not header:
+            if not isinstance(doc, dict) or "schema" not in doc:
+                raise SeedError(f'line {number}: the first line must be {{"schema": {{...}}}}')
+            header = True
+            continue
+        path, value = (
+            (doc.get("slot_path"), doc.get("value")) if isinstance(doc, dict) else (None, None)
+        )
+        if not isinstance(path, str) or not path or not isinstance(value, dict):
+            raise SeedError(
+                f'line {number}: expected {{"slot_path": "...", "value": {{"text": ...}}}}'
+            )
+        if "text" not in value or not isinstance(value["text"], str):
+            raise SeedError(f"line {number}: value needs a text string (text_id is not allowed)")
+        if any(isinstance(v, dict | list) for v in value.values()):
+            raise SeedError(f"line {number}: value must be a flat leaf")
+        out[path] = value
+    return out
+
+
+class LlmState:
+    """One connection, owned by the cell's single task."""
+
+    def __init__(self, folder: Path | None) -> None:
+        db = ":memory:" if folder is None else str(folder / "cell.db")
+        fresh = db == ":memory:" or not Path(db).exists()
+        self.conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.executescript(_DDL)
+        if fresh and folder is not None:
+            seed = folder / "seed" / "system.jsonl"
+            if seed.is_file():
+                now = int(time.time())
+                rows = [(p, _dumps(v), now) for p, v in read_system_seed(seed).items()]
+                self.conn.execute("BEGIN")
+                self.conn.executemany("INSERT OR REPLACE INTO system VALUES (?, ?, ?)", rows)
+                self.conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def slots(self) -> dict[str, JsonObject]:
+        return {
+            p: json.loads(v) for p, v in self.conn.execute("SELECT slot_path, value FROM system")
+        }
+
+    def write(self, write: SystemWrite, messages: Any) -> None:
+        """The system leaves and the last input, in one transaction."""
+        now = int(time.time())
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for path in write.replaces:
+                if path == "":
+                    conn.execute("DELETE FROM system")
+                else:
+                    conn.execute(
+                        "DELETE FROM system WHERE slot_path = ? OR substr(slot_path, 1, ?) = ?",
+                        (path, len(path) + 1, path + "."),
+                    )
+            conn.executemany(
+                "INSERT INTO system(slot_path, value, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(slot_path) DO UPDATE SET value = excluded.value, "
+                "updated_at = excluded.updated_at",
+                [(p, _dumps(v), now) for p, v in write.leaves.items()],
+            )
+            if messages is not None:
+                conn.execute(
+                    "INSERT OR REPLACE INTO last_input(id, message_json, received_at) "
+                    "VALUES (1, ?, ?)",
+                    (_dumps(messages), now),
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def overlay(self) -> dict[str, Any]:
+        return {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM params")}
+
+    def save_overlay(self, update: dict[str, Any]) -> None:
+        now = int(time.time())
+        self.conn.executemany(
+            "INSERT INTO params(key, value, updated_at) VALUES (?, ?, ?) ON CONFLICT(key) DO "
+            "UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+            [(k, _dumps(v), now) for k, v in update.items()],
+        )
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
