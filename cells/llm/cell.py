@@ -165,7 +165,7 @@ class LlmCell:
                     url,
                     content,
                     headers,
-                    timeout=params.timeout,
+                    attempt_timeout=params.timeout,
                     max_retries=params.max_retries,
                     log=self.log,
                     cell=self.path,

@@ -69,7 +69,7 @@ async def post(
     content: bytes,
     headers: dict[str, str],
     *,
-    timeout: float,
+    attempt_timeout: float,
     max_retries: int,
     log: Any,
     cell: str,
@@ -79,9 +79,11 @@ async def post(
     attempt = 0
     while True:
         try:
-            response = await client.post(url, content=content, headers=headers, timeout=timeout)
+            response = await client.post(
+                url, content=content, headers=headers, timeout=attempt_timeout
+            )
         except httpx.TimeoutException:
-            raise WireFailure("timeout", f"no answer within {timeout:g} s") from None
+            raise WireFailure("timeout", f"no answer within {attempt_timeout:g} s") from None
         except httpx.ConnectError as exc:
             if attempt < max_retries:
                 attempt += 1
