@@ -12,35 +12,21 @@ an emission with ``finish_reason: "error"``, the input messages passed through, 
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 import httpx
 
-from cells.llm.chat import (
-    ReplyError,
-    TranslateError,
-    encode,
-    in_body_error,
-    parse_reply,
-    request_body,
-)
+from cells.llm.dialects import dialect_for
+from cells.llm.dialects.base import JsonObject as _Json
+from cells.llm.dialects.base import ReplyError, Tool, TranslateError, tool_from_leaf
 from cells.llm.params import LlmParams, overlay
 from cells.llm.state import LlmState
 from cells.llm.system import GateError, PromptError, check_gate, parse_write, prompt_of, tools_of
 from cells.llm.transport import WireFailure, error_code_for, post
 from colony.cell import CellSpec, Emission
 from colony.envelope import Envelope, JsonObject
-
-_IN_BODY_TYPES = {
-    "rate_limit_exceeded": 429,
-    "rate_limit_error": 429,
-    "insufficient_quota": 429,
-    "invalid_api_key": 401,
-    "authentication_error": 401,
-    "model_not_found": 404,
-    "not_found_error": 404,
-}
 
 
 class _Failure(Exception):
@@ -141,22 +127,29 @@ class LlmCell:
 
     async def _call(self, message: Envelope, turns: list[Any], started: float) -> JsonObject:
         params = self.params
+        dialect = dialect_for(params.provider)
         slots = self.state.slots()
         try:
-            request = request_body(
-                params, prompt_of(slots, params.system_order), tools_of(slots), turns
+            tools = _tools(tools_of(slots))
+            body = dialect.request(
+                model=params.model,
+                prompt=prompt_of(slots, params.system_order),
+                tools=tools,
+                turns=turns,
+                max_tokens=params.max_tokens,
+                temperature=params.temperature,
+                native=lambda calls: self.state.native(params.provider, calls),
+                extra=_extra(params),
             )
         except (TranslateError, PromptError) as exc:
             raise _Failure("provider_error", "translate", str(exc)) from None
-        content = encode(request)
-        headers = {"Content-Type": "application/json"}
-        if params.api_key:
-            headers["Authorization"] = f"Bearer {params.api_key}"
+        content = encode(body, sort_keys=params.provider == "openai")
+        headers = {"Content-Type": "application/json", **dialect.headers(params.api_key)}
         if params.http_referer:
             headers["HTTP-Referer"] = params.http_referer
         if params.x_title:
             headers["X-Title"] = params.x_title
-        url = params.base_url + "/chat/completions"
+        url = dialect.url(params.base_url, params.model)
         for attempt in (1, 2):
             begun = time.perf_counter()
             try:
@@ -179,11 +172,18 @@ class LlmCell:
                     extra["upstream_message"] = self._redact(failure.upstream)
                 raise _Failure(failure.code, "wire", failure.detail, **extra) from None
             latency = int((time.perf_counter() - begun) * 1000)
-            error = in_body_error(answer)
+            error = dialect.in_body_error(answer)
             if error is not None:
-                raise self._in_body(error)
+                status, upstream = error
+                raise _Failure(
+                    error_code_for(status) if status else "provider_error",
+                    "wire",
+                    "the provider answered HTTP 200 with an error object",
+                    in_body=True,
+                    upstream_message=self._redact(upstream) if upstream is not None else None,
+                )
             try:
-                reply = parse_reply(answer)
+                reply = dialect.parse(answer)
             except ReplyError as exc:
                 raise _Failure("provider_error", "parse", str(exc)) from None
             if reply.empty and attempt == 1:
@@ -208,18 +208,14 @@ class LlmCell:
                     model=reply.model,
                     response_id=reply.response_id,
                 )
-            hop: JsonObject = {"finish_reason": reply.finish_reason}
-            if reply.tokens_prompt is not None:
-                hop["tokens_prompt"] = reply.tokens_prompt
-            if reply.tokens_completion is not None:
-                hop["tokens_completion"] = reply.tokens_completion
-            hop["model"] = reply.model
+            if reply.native is not None and reply.calls:
+                self.state.keep_native(params.provider, reply.calls, reply.native)
             return {
-                "header": hop,
+                "header": _hop(reply, params.model),
                 "messages": reply.turns,
                 "meta": {
                     "provider": params.provider,
-                    "model": reply.model,
+                    "model": reply.model or params.model,
                     "response_id": reply.response_id,
                     "latency_ms": latency,
                     "started_at": int(started * 1000),
@@ -228,20 +224,6 @@ class LlmCell:
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- errors -------------------------------------------------------------------------
-
-    def _in_body(self, error: JsonObject) -> _Failure:
-        code = error.get("code")
-        status = (
-            code if isinstance(code, int) else _IN_BODY_TYPES.get(str(code or error.get("type")))
-        )
-        message = error.get("message")
-        return _Failure(
-            error_code_for(status) if status else "provider_error",
-            "wire",
-            "the provider answered HTTP 200 with an error object",
-            in_body=True,
-            upstream_message=self._redact(str(message)) if message is not None else None,
-        )
 
     def _redact(self, text: str) -> str:
         key = self.params.api_key
@@ -273,3 +255,42 @@ class LlmCell:
             "messages": messages,
             "meta": meta,
         }
+
+
+def _tools(leaves: list[Any]) -> list[Tool]:
+    return [tool_from_leaf(leaf, f"system.tools[{n}]") for n, leaf in enumerate(leaves)]
+
+
+def _extra(params: LlmParams) -> dict[str, Any]:
+    extra: dict[str, Any] = {}
+    if params.reasoning is not None:
+        extra["reasoning"] = params.reasoning
+    elif params.reasoning_effort is not None:
+        extra["reasoning"] = {"effort": params.reasoning_effort}
+    extra.update(params.provider_extra)
+    return extra
+
+
+def _hop(reply: Any, model: str) -> _Json:
+    hop: _Json = {"finish_reason": reply.finish_reason}
+    usage = reply.usage
+    if usage.prompt_total is not None:
+        hop["tokens_prompt"] = usage.prompt_total
+    if usage.output is not None:
+        hop["tokens_completion"] = usage.output
+    if usage.cache_read:
+        hop["tokens_cache_read"] = usage.cache_read
+    if usage.cache_creation:
+        hop["tokens_cache_creation"] = usage.cache_creation
+    hop["model"] = reply.model or model
+    if reply.stop_reason is not None and reply.stop_reason != reply.finish_reason:
+        hop["stop_reason"] = reply.stop_reason
+    if reply.refusal_category is not None:
+        hop["refusal_category"] = reply.refusal_category
+    return hop
+
+
+def encode(body: _Json, *, sort_keys: bool) -> bytes:
+    """Request bytes: compact UTF-8; sorted keys on OpenAI chat (meclaw's serializer), else in
+    order, so replayed native blocks go back exactly as they came."""
+    return json.dumps(body, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False).encode()

@@ -18,6 +18,8 @@ CREATE TABLE IF NOT EXISTS last_input (id INTEGER PRIMARY KEY CHECK (id = 1),
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS params (key TEXT PRIMARY KEY, value TEXT NOT NULL,
                                    updated_at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS native (call_key TEXT PRIMARY KEY, provider TEXT NOT NULL,
+                                   value TEXT NOT NULL, updated_at INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '1');
 """
 
@@ -116,6 +118,26 @@ class LlmState:
             conn.execute("ROLLBACK")
             raise
 
+    def keep_native(self, provider: str, calls: list[str], value: Any) -> None:
+        """Provider blocks UBF cannot hold, kept under the call ids of the turn that made them."""
+        self.conn.execute(
+            "INSERT OR REPLACE INTO native(call_key, provider, value, updated_at) "
+            "VALUES (?, ?, ?, ?)",
+            (
+                _call_key(calls),
+                provider,
+                json.dumps(value, separators=(",", ":"), ensure_ascii=False),
+                int(time.time()),
+            ),
+        )
+
+    def native(self, provider: str, calls: tuple[str, ...]) -> Any:
+        row = self.conn.execute(
+            "SELECT value FROM native WHERE call_key = ? AND provider = ?",
+            (_call_key(calls), provider),
+        ).fetchone()
+        return json.loads(row[0]) if row else None
+
     def overlay(self) -> dict[str, Any]:
         return {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM params")}
 
@@ -130,3 +152,7 @@ class LlmState:
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+
+
+def _call_key(calls: list[str] | tuple[str, ...]) -> str:
+    return "\x1f".join(calls)

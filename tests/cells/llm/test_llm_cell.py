@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from cells.llm.chat import encode, request_body, wire_messages
-from cells.llm.params import LlmParams
+from cells.llm.cell import encode
+from cells.llm.dialects.base import tool_from_leaf
+from cells.llm.dialects.openai_chat import OpenAIChat
 from cells.llm.system import prompt_of, tools_of
 from colony.testing import (
     ColonyHarness,
@@ -96,15 +97,6 @@ async def test_the_request_body_matches_the_golden_file(make_tree: TreeFactory) 
 
 
 def test_the_request_is_serialised_with_sorted_keys_and_compact_separators() -> None:
-    params = LlmParams.model_validate(
-        {
-            "model": "gpt-test",
-            "temperature": 0.2,
-            "max_tokens": 512,
-            "system_order": ["style"],
-            "provider_extra": {"seed": 7},
-        }
-    )
     slots: dict[str, Any] = {}
 
     def flatten(node: dict[str, Any], path: str) -> None:
@@ -116,11 +108,18 @@ def test_the_request_is_serialised_with_sorted_keys_and_compact_separators() -> 
                 flatten(child, here)
 
     flatten(CONVERSATION["system"], "")
-    body = request_body(
-        params, prompt_of(slots, ["style"]), tools_of(slots), CONVERSATION["messages"]
+    body = OpenAIChat().request(
+        model="gpt-test",
+        prompt=prompt_of(slots, ["style"]),
+        tools=[tool_from_leaf(t, "t") for t in tools_of(slots)],
+        turns=CONVERSATION["messages"],
+        max_tokens=512,
+        temperature=0.2,
+        native=lambda calls: None,
+        extra={"seed": 7},
     )
     assert (
-        encode(body)
+        encode(body, sort_keys=True)
         == json.dumps(GOLDEN, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     )
 
@@ -136,7 +135,7 @@ def test_consecutive_tool_calls_merge_and_anything_between_splits_them() -> None
         {"origin": "assistant", "type": "text", "text": "x"},
         {**call, "id": "d"},
     ]
-    wire = wire_messages(turns)
+    wire = OpenAIChat().messages(turns, lambda calls: None)
     assert [len(m.get("tool_calls", [])) for m in wire] == [2, 0, 0, 1, 0, 1]
     assert wire[0]["content"] is None
 
@@ -330,7 +329,12 @@ async def test_system_slots_persist_and_a_system_only_message_is_silent(
     replies, model, _ = await converse(make_tree, [text_reply("ok")], first, second, user("again"))
     assert len(replies) == 2
     assert model.requests[0]["messages"][0] == {"role": "system", "content": "Be kind."}
-    assert model.requests[1]["tools"] == [{"type": "function", "function": {"name": "calc"}}]
+    assert model.requests[1]["tools"] == [
+        {
+            "type": "function",
+            "function": {"name": "calc", "parameters": {"type": "object", "properties": {}}},
+        }
+    ]
 
 
 async def test_replace_removes_a_subtree_before_writing(make_tree: TreeFactory) -> None:
