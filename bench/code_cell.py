@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from _trees import chain, write_tree
 
 from colony.testing import ColonyHarness
 
@@ -27,26 +28,8 @@ print(json.dumps({"header": {"route": "done"}, "messages": doc["body"]["messages
 
 
 def build_tree(root: Path, isolation: str) -> Path:
-    files = {
-        "main/config.json": {
-            "cell": {"type": "hive"},
-            "params": {
-                "graph": {
-                    "edges": [{"from": ".", "to": "./code"}, {"from": "./code", "to": "/sink"}]
-                }
-            },
-        },
-        "main/code/config.json": {
-            "cell": {"type": "code"},
-            "params": {"runner": "python3", "script_inline": SCRIPT, "isolation": isolation},
-            "contract": {"version": "1", "settings": {}, "consumes": {}},
-        },
-    }
-    for rel, doc in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc))
-    return root
+    params = {"runner": "python3", "script_inline": SCRIPT, "isolation": isolation}
+    return write_tree(root, chain("code", {"cell": {"type": "code"}, "params": params}))
 
 
 async def latencies(tree: Path, messages: int) -> list[float]:

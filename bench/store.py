@@ -19,6 +19,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from _trees import chain, write_tree
+
 from colony.testing import ColonyHarness
 
 GUARD = {
@@ -33,26 +35,8 @@ SCHEMA = {
 
 
 def build_tree(root: Path) -> Path:
-    files = {
-        "main/config.json": {
-            "cell": {"type": "hive"},
-            "params": {
-                "graph": {
-                    "edges": [{"from": ".", "to": "./memory"}, {"from": "./memory", "to": "/sink"}]
-                }
-            },
-        },
-        "main/memory/config.json": {
-            "cell": {"type": "store"},
-            "params": {"schema": SCHEMA},
-            "contract": {"version": "1", "settings": {}, "consumes": {}},
-        },
-    }
-    for rel, doc in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc))
-    return root
+    cell = {"cell": {"type": "store"}, "params": {"schema": SCHEMA}}
+    return write_tree(root, chain("memory", cell))
 
 
 def call(args: Mapping[str, object]) -> dict[str, object]:

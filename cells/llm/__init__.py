@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from cells.llm.cell import LlmCell
+from cells.llm.dialects import dialect_for
+from cells.llm.dialects.base import TranslateError, tool_from_leaf
 from cells.llm.params import LlmParams, backstop_floor_ms, unknown_keys
 from cells.llm.state import SeedError, read_system_seed
 from colony.cell import CellClass, CellType, ParamProblem, pydantic_check
@@ -16,9 +19,32 @@ def _check_folder(params: LlmParams, folder: Path | None) -> list[ParamProblem]:
     seed = folder / "seed" / "system.jsonl" if folder is not None else None
     if seed is not None and seed.is_file():
         try:
-            read_system_seed(seed)
+            slots = read_system_seed(seed)
         except SeedError as exc:
             problems.append(ParamProblem((), "invalid_seed", f"seed/system.jsonl: {exc}"))
+            return problems
+        problems += _check_tools(params.provider, slots)
+    return problems
+
+
+def _check_tools(provider: str, slots: dict[str, Any]) -> list[ParamProblem]:
+    """Every seeded tool must be expressible on this cell's wire: never a silent drop."""
+    dialect = dialect_for(provider)
+    problems: list[ParamProblem] = []
+    for path in sorted(p for p in slots if p.startswith("tools.")):
+        where = f"seed/system.jsonl slot {path}"
+        try:
+            leaf = json.loads(slots[path].get("text", ""))
+            dialect.tool(tool_from_leaf(leaf, where))
+        except (ValueError, TranslateError) as exc:
+            problems.append(
+                ParamProblem(
+                    ("provider",),
+                    "tool_unsupported",
+                    f"{where}: provider {provider} cannot carry this tool: {exc}",
+                    "rename the tool or change its schema so every provider can express it.",
+                )
+            )
     return problems
 
 

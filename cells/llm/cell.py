@@ -149,7 +149,7 @@ class LlmCell:
             headers["HTTP-Referer"] = params.http_referer
         if params.x_title:
             headers["X-Title"] = params.x_title
-        url = dialect.url(params.base_url, params.model)
+        url = dialect.url(params.root, params.model)
         for attempt in (1, 2):
             begun = time.perf_counter()
             try:

@@ -14,9 +14,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from colony.cell import ParamProblem
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_BASE_URLS = {
+    "openai": "https://api.openai.com/v1",
+    "openai-responses": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com/v1",
+    "gemini": "https://generativelanguage.googleapis.com/v1beta",
+    "ollama": "http://127.0.0.1:11434",
+}
+"""Where each provider is reached when ``base_url`` is not set."""
 
-Provider = Literal["openai"]
+Provider = Literal["openai", "openai-responses", "anthropic", "gemini", "ollama"]
 
 
 class LlmParams(BaseModel):
@@ -27,8 +34,8 @@ class LlmParams(BaseModel):
     model: str
     api_key: str = ""
     """Empty: no Authorization header (local servers)."""
-    base_url: str = DEFAULT_BASE_URL
-    """The request goes to ``base_url + "/chat/completions"``."""
+    base_url: str | None = None
+    """The provider's API root (see :data:`DEFAULT_BASE_URLS`); each wire appends its path."""
     temperature: float | int = 0.7
     max_tokens: Annotated[int, Field(ge=1)] = 4096
     system_order: list[str] = Field(default_factory=list)
@@ -55,6 +62,10 @@ class LlmParams(BaseModel):
     @property
     def timeout(self) -> float:
         return self.external_timeout_ms / 1000
+
+    @property
+    def root(self) -> str:
+        return self.base_url or DEFAULT_BASE_URLS[self.provider]
 
 
 KNOWN = tuple(name for name in LlmParams.model_fields)
