@@ -36,17 +36,8 @@ from colony.envelope import Envelope, source_message
 from colony.errors import ConfigError
 from colony.observability import list_logger
 from colony.persist.db import ColonyDb, DeadLetterRow, MessageLogEntry
-from colony.scripted import (
-    Delay,
-    Raw,
-    ScriptedOpenAI,
-    Status,
-    empty_reply,
-    error_status,
-    in_body_error,
-    text_reply,
-    tool_calls_reply,
-)
+from colony.scripted import *  # noqa: F403  (the scripted provider servers, re-exported)
+from colony.scripted import __all__ as _scripted
 
 _SKIP_ON_COPY = shutil.ignore_patterns(
     "*.dot", "*.svg", "cell.db", "cell.db-*", "colony.db", "colony.db-*", "log.jsonl"
@@ -314,17 +305,4 @@ def spec_for(path: str, params: Any = None) -> CellSpec:
     )
 
 
-__all__: Sequence[str] = [
-    "CaptureCell",
-    "ColonyHarness",
-    "Delay",
-    "Raw",
-    "ScriptedOpenAI",
-    "Status",
-    "empty_reply",
-    "error_status",
-    "in_body_error",
-    "spec_for",
-    "text_reply",
-    "tool_calls_reply",
-]
+__all__: Sequence[str] = sorted(["CaptureCell", "ColonyHarness", "spec_for", *_scripted])

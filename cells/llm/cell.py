@@ -263,10 +263,11 @@ def _tools(leaves: list[Any]) -> list[Tool]:
 
 def _extra(params: LlmParams) -> dict[str, Any]:
     extra: dict[str, Any] = {}
-    if params.reasoning is not None:
-        extra["reasoning"] = params.reasoning
-    elif params.reasoning_effort is not None:
-        extra["reasoning"] = {"effort": params.reasoning_effort}
+    if params.provider in ("openai", "openai-responses"):  # the only wires with this field
+        if params.reasoning is not None:
+            extra["reasoning"] = params.reasoning
+        elif params.reasoning_effort is not None:
+            extra["reasoning"] = {"effort": params.reasoning_effort}
     extra.update(params.provider_extra)
     return extra
 

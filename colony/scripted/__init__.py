@@ -1,9 +1,20 @@
 """Scripted LLM provider servers: real HTTP on 127.0.0.1 answering from a script.
 
 One module per wire shape; :mod:`colony.scripted.core` holds the shared server and the OpenAI
-chat-completions one.
+chat-completions one. Each server refuses, like the real API, a request that breaks its
+tool-call sequencing rules, without consuming a script item.
 """
 
+from colony.scripted.anthropic import (
+    ScriptedAnthropic,
+    anthropic_empty,
+    anthropic_error,
+    anthropic_in_body_error,
+    anthropic_max_tokens,
+    anthropic_refusal,
+    anthropic_text,
+    anthropic_tool_use,
+)
 from colony.scripted.core import (
     Delay,
     Raw,
@@ -17,17 +28,71 @@ from colony.scripted.core import (
     text_reply,
     tool_calls_reply,
 )
+from colony.scripted.gemini import (
+    ScriptedGemini,
+    gemini_blocked,
+    gemini_calls,
+    gemini_empty,
+    gemini_max_tokens,
+    gemini_safety,
+    gemini_text,
+)
+from colony.scripted.ollama import (
+    ScriptedOllama,
+    ollama_calls,
+    ollama_empty,
+    ollama_error,
+    ollama_length,
+    ollama_text,
+)
+from colony.scripted.responses import (
+    ScriptedResponses,
+    responses_calls,
+    responses_empty,
+    responses_failed,
+    responses_incomplete,
+    responses_refusal,
+    responses_text,
+)
 
 __all__ = [
     "Delay",
     "Raw",
     "ScriptItem",
+    "ScriptedAnthropic",
+    "ScriptedGemini",
+    "ScriptedOllama",
     "ScriptedOpenAI",
+    "ScriptedResponses",
     "ScriptedServer",
     "Status",
+    "anthropic_empty",
+    "anthropic_error",
+    "anthropic_in_body_error",
+    "anthropic_max_tokens",
+    "anthropic_refusal",
+    "anthropic_text",
+    "anthropic_tool_use",
     "empty_reply",
     "error_status",
+    "gemini_blocked",
+    "gemini_calls",
+    "gemini_empty",
+    "gemini_max_tokens",
+    "gemini_safety",
+    "gemini_text",
     "in_body_error",
+    "ollama_calls",
+    "ollama_empty",
+    "ollama_error",
+    "ollama_length",
+    "ollama_text",
+    "responses_calls",
+    "responses_empty",
+    "responses_failed",
+    "responses_incomplete",
+    "responses_refusal",
+    "responses_text",
     "text_reply",
     "tool_calls_reply",
 ]

@@ -83,6 +83,8 @@ class Reply:
     @property
     def empty(self) -> bool:
         """Nothing said, nothing called, (almost) nothing generated: ask once more."""
+        if self.finish_reason == "content_filter":
+            return False  # a refusal is an answer, even a silent one: never asked again
         silent = self.text is None or not self.text.strip()
         return silent and not self.calls and (self.usage.output or 0) <= 3
 

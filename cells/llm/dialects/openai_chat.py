@@ -1,7 +1,9 @@
 """OpenAI chat completions (also OpenRouter, vLLM, LiteLLM, Ollama's ``/v1``, Kimi, DeepSeek).
 
-* consecutive assistant turns (tool calls and text) become one assistant message; with calls
-  and no text, ``content`` is ``null`` (never ``""``, which some compatible servers refuse);
+* a run of assistant tool_call turns becomes one assistant message, and an assistant text
+  right after the run becomes its ``content`` (a reply's text comes after its calls in UBF);
+  with no text ``content`` is ``null`` (never ``""``, which some compatible servers refuse).
+  Text *before* calls stays a message of its own (meclaw pins that in its windows);
 * a tool result is ``{"role": "tool", "tool_call_id", "content"}``, in the order given;
 * ``reasoning_content`` (Kimi, DeepSeek thinking models) is kept as native and sent back on
   the assistant message that made the calls — those servers refuse the replay without it;
@@ -77,11 +79,21 @@ class OpenAIChat:
                     out.append(current)
                 calls.append({"id": turn.get("id", ""), "type": "function", "function": function})
                 continue
+            text = turn.get("text", "")
+            if (
+                origin == "assistant"
+                and kind == "text"
+                and current is not None
+                and current["content"] is None
+            ):
+                # Text right after calls is where the provider put it: in the same message.
+                # (Text *before* calls stays its own message, as meclaw's windows expect.)
+                current["content"] = text
+                continue
             if calls is not None and current is not None:
                 _attach_native(current, native)
             calls = None
             current = None
-            text = turn.get("text", "")
             if kind == "text" and origin in ("user", "assistant", "system"):
                 out.append({"role": origin, "content": text})
             elif origin == "tool" and kind == "tool_result":

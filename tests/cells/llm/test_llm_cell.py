@@ -124,20 +124,25 @@ def test_the_request_is_serialised_with_sorted_keys_and_compact_separators() -> 
     )
 
 
-def test_consecutive_tool_calls_merge_and_anything_between_splits_them() -> None:
+def test_consecutive_tool_calls_merge_a_following_text_joins_them_and_a_preceding_one_does_not() -> (
+    None
+):
     call = {"origin": "assistant", "type": "tool_call", "text": '{"name":"f","arguments":"{}"}'}
     turns = [
         {**call, "id": "a"},
         {**call, "id": "b"},
         {"origin": "tool", "type": "tool_result", "id": "a", "text": "1"},
         {"origin": "tool", "type": "tool_result", "id": "b", "text": "2"},
+        {"origin": "assistant", "type": "text", "text": "summary"},
         {**call, "id": "c"},
-        {"origin": "assistant", "type": "text", "text": "x"},
-        {**call, "id": "d"},
+        {"origin": "assistant", "type": "text", "text": "checking"},
+        {"origin": "tool", "type": "tool_result", "id": "c", "text": "3"},
     ]
     wire = OpenAIChat().messages(turns, lambda calls: None)
-    assert [len(m.get("tool_calls", [])) for m in wire] == [2, 0, 0, 1, 0, 1]
+    assert [len(m.get("tool_calls", [])) for m in wire] == [2, 0, 0, 0, 1, 0]
     assert wire[0]["content"] is None
+    assert wire[3] == {"role": "assistant", "content": "summary"}
+    assert wire[4]["content"] == "checking"
 
 
 async def test_an_empty_api_key_sends_no_authorization_header(make_tree: TreeFactory) -> None:
