@@ -336,3 +336,21 @@ def test_an_llm_without_a_model_fails_validate(make_tree: TreeFactory) -> None:
     result = meclaw("--root", str(make_tree(with_cell(cell("llm", {"api_key": ""})))), "--validate")
     assert result.exit_code == 1
     assert "error[missing_key] at params.model" in result.stderr
+
+
+@pytest.mark.parametrize(("provider", "name"), [("gemini", "9lives"), ("anthropic", "get.weather")])
+def test_a_seeded_tool_the_provider_cannot_carry_fails_validate_naming_tool_and_provider(
+    make_tree: TreeFactory, provider: str, name: str
+) -> None:
+    files = with_cell(cell("llm", {"provider": provider, "model": "m"}))
+    tool = json.dumps({"name": name, "description": "d", "parameters": {"type": "object"}})
+    files["main/w/seed/system.jsonl"] = (
+        '{"schema": {"slot_path": "text", "value": "json"}}\n'
+        + json.dumps({"slot_path": f"tools.{name.replace('.', '_')}", "value": {"text": tool}})
+        + "\n"
+    )
+    result = meclaw("--root", str(make_tree(files)), "--validate")
+    assert result.exit_code == 1
+    assert "error[tool_unsupported]" in result.stderr
+    assert provider in result.stderr
+    assert name in result.stderr
