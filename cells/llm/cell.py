@@ -21,9 +21,11 @@ import httpx
 from cells.llm.dialects import dialect_for
 from cells.llm.dialects.base import JsonObject as _Json
 from cells.llm.dialects.base import ReplyError, Tool, TranslateError, tool_from_leaf
+from cells.llm.loop import LoopError, LoopRequest, TurnResult, parse_request, run_turn
 from cells.llm.params import LlmParams, overlay
 from cells.llm.state import LlmState
 from cells.llm.system import GateError, PromptError, check_gate, parse_write, prompt_of, tools_of
+from cells.llm.transcript import MemoryStore, SqliteStore, TranscriptStore
 from cells.llm.transport import WireFailure, error_code_for, post
 from colony.cell import CellSpec, Emission
 from colony.envelope import Envelope, JsonObject
@@ -47,10 +49,29 @@ class LlmCell:
         stored = self.state.overlay()
         self.params = overlay(base, stored) if stored else base
         self.client = httpx.AsyncClient(trust_env=False)
+        self.folder = spec.folder
+        self._store: TranscriptStore | None = None
 
     async def close(self) -> None:
         await self.client.aclose()
+        if self._store is not None and not isinstance(self._store, MemoryStore):
+            await self._store.close()
         self.state.close()
+
+    def transcript(self) -> TranscriptStore:
+        """The transcript store of loop turns (built on first use)."""
+        if self._store is None:
+            kind = self.params.transcript.store
+            if kind == "memory":
+                self._store = memory_store(self.path)
+            elif kind == "sqlite":
+                db = ":memory:" if self.folder is None else self.folder / "cell.db"
+                self._store = SqliteStore(db)
+            else:
+                from cells.llm.transcript.redis import RedisStore
+
+                self._store = RedisStore(self.params.transcript.redis.url)
+        return self._store
 
     # -- one message --------------------------------------------------------------------
 
@@ -101,6 +122,8 @@ class LlmCell:
                 )
             ]
         passed = turns if isinstance(turns, list) else []
+        if "loop" in body:
+            return [Emission(await self._loop_message(message, body), target)]
         try:
             write = parse_write(body.get("system", {}))
             check_gate(
@@ -223,6 +246,83 @@ class LlmCell:
             }
         raise AssertionError("unreachable")  # pragma: no cover
 
+    # -- loop turns -----------------------------------------------------------------------
+
+    async def _loop_message(self, message: Envelope, body: JsonObject) -> JsonObject:
+        """A loop turn arriving as a message: the ``loop`` slot, ``system`` (written through the
+        gate as usual) and, on the first turn, ``messages``."""
+        slot = body["loop"]
+        try:
+            if not isinstance(slot, dict):
+                raise LoopError(400, "the loop slot must be a map")
+            write = parse_write(body.get("system", {}))
+            check_gate(
+                write,
+                set(self.state.slots()),
+                max_slots=self.params.system_max_slots,
+                max_leaf_bytes=self.params.system_max_leaf_bytes,
+                writable=self.params.system_writable,
+            )
+            self.state.write(write, body.get("messages"))
+            request = parse_request(slot, body.get("messages"))
+            prompt = prompt_of(self.state.slots(), self.params.system_order)
+            result = await self.loop_turn(request, prompt=prompt, trace_id=message.trace_id)
+        except GateError as exc:
+            return _loop_error(LoopError(400, str(exc)))
+        except PromptError as exc:
+            return _loop_error(LoopError(400, str(exc)))
+        except LoopError as error:
+            return _loop_error(error)
+        return _loop_reply(result)
+
+    async def loop_turn(
+        self,
+        request: LoopRequest,
+        *,
+        prompt: str,
+        trace_id: str,
+        model: str | None = None,
+        max_tokens: int | None = None,
+    ) -> TurnResult:
+        """One loop turn on this cell's provider and transcript store (raises LoopError)."""
+        params = self.params
+        dialect = dialect_for(params.provider)
+        headers = {"Content-Type": "application/json", **dialect.headers(params.api_key)}
+        url = dialect.url(params.root, model or params.model)
+
+        async def call(body: JsonObject) -> Any:
+            try:
+                return await post(
+                    self.client,
+                    url,
+                    encode(body, sort_keys=params.provider == "openai"),
+                    headers,
+                    attempt_timeout=params.timeout,
+                    max_retries=params.max_retries,
+                    log=self.log,
+                    cell=self.path,
+                    trace_id=trace_id,
+                )
+            except WireFailure as failure:
+                status = failure.status or (408 if failure.code == "timeout" else 502)
+                upstream = f": {self._redact(failure.upstream)}" if failure.upstream else ""
+                raise LoopError(
+                    status, f"LLM provider error - {failure.detail}{upstream}", failure.code
+                ) from None
+
+        return await run_turn(
+            request,
+            dialect=dialect,
+            provider=params.provider,
+            model=model or params.model,
+            prompt=prompt,
+            store=self.transcript(),
+            call=call,
+            max_tokens=max_tokens or params.max_tokens,
+            temperature=params.temperature,
+            extra=_extra(params),
+        )
+
     # -- errors -------------------------------------------------------------------------
 
     def _redact(self, text: str) -> str:
@@ -295,3 +395,57 @@ def encode(body: _Json, *, sort_keys: bool) -> bytes:
     """Request bytes: compact UTF-8; sorted keys on OpenAI chat (meclaw's serializer), else in
     order, so replayed native blocks go back exactly as they came."""
     return json.dumps(body, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# -- loop turns ---------------------------------------------------------------------------
+
+_MEMORY_STORES: dict[str, MemoryStore] = {}
+"""Memory transcripts outlive a cell instance (it sleeps when idle), not the process."""
+
+
+def memory_store(path: str) -> MemoryStore:
+    store = _MEMORY_STORES.get(path)
+    if store is None:
+        store = _MEMORY_STORES[path] = MemoryStore()
+    return store
+
+
+_LOOP_FINISH = {"tool_use": "tool_calls", "refusal": "content_filter", "cap": "length"}
+"""A loop status in the chat vocabulary, so ordinary edges can route loop replies too."""
+_USAGE_HOP = {
+    "input_tokens": "tokens_input",
+    "output_tokens": "tokens_completion",
+    "cache_creation_input_tokens": "tokens_cache_creation",
+    "cache_read_input_tokens": "tokens_cache_read",
+}
+
+
+def _loop_error(error: LoopError) -> JsonObject:
+    return {
+        "header": {
+            "finish_reason": "error",
+            "error_code": error.code,
+            "status_code": error.status,
+        },
+        "messages": [],
+        "error": error.message,
+    }
+
+
+def _loop_reply(result: TurnResult) -> JsonObject:
+    reply = result.reply
+    hop: JsonObject = {
+        "status": reply["status"],
+        "conversation": reply["conversation"],
+        "turn": reply["turn"],
+        "model": reply["model"],
+        "stop_reason": reply["stop_reason"],
+        "status_code": 200,
+        "finish_reason": _LOOP_FINISH.get(reply["status"], "stop"),
+        **{_USAGE_HOP[k]: v for k, v in reply["usage"].items()},
+    }
+    body: JsonObject = {"messages": result.turns}
+    for key in ("text", "data", "calls", "refusal", "cap"):
+        if key in reply:
+            body[key] = reply[key]
+    return {"header": hop, **body}

@@ -26,6 +26,23 @@ DEFAULT_BASE_URLS = {
 Provider = Literal["openai", "openai-responses", "anthropic", "gemini", "ollama"]
 
 
+class RedisParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    url: str = "redis://127.0.0.1:6379/0"
+
+
+class TranscriptParams(BaseModel):
+    """Where loop turns keep their conversations."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    store: Literal["memory", "sqlite", "redis"] = "memory"
+    """``memory``: one process; ``sqlite``: the cell's cell.db (survives restarts);
+    ``redis``: any number of replicas."""
+    redis: RedisParams = Field(default_factory=RedisParams)
+
+
 class LlmParams(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
 
@@ -58,6 +75,8 @@ class LlmParams(BaseModel):
     auth: Literal["api_key"] = "api_key"
     auth_ref: str | None = None
     wire_dialect: Literal["chat_completions"] = "chat_completions"
+    transcript: TranscriptParams = Field(default_factory=TranscriptParams)
+    """The transcript store of loop turns (a message with a ``loop`` slot)."""
 
     @property
     def timeout(self) -> float:

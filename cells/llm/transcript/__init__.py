@@ -1,0 +1,24 @@
+"""Transcript stores for loop turns: one record per conversation, written by compare-and-set.
+
+Three stores behind :class:`TranscriptStore`: ``memory`` (one process), ``sqlite`` (the cell's
+``cell.db``; survives restarts, one host), ``redis`` (any number of replicas; one hash under
+``transcript:{conversation}`` and a single-key Lua compare-and-set).
+"""
+
+from cells.llm.transcript.base import (
+    Record,
+    StoreUnavailable,
+    TranscriptStore,
+    WriteOutcome,
+)
+from cells.llm.transcript.memory import MemoryStore
+from cells.llm.transcript.sqlite import SqliteStore
+
+__all__ = [
+    "MemoryStore",
+    "Record",
+    "SqliteStore",
+    "StoreUnavailable",
+    "TranscriptStore",
+    "WriteOutcome",
+]
