@@ -323,6 +323,70 @@ class LlmCell:
             extra=_extra(params),
         )
 
+    async def plain_turn(
+        self,
+        turns: list[Any],
+        *,
+        prompt: str,
+        trace_id: str,
+        model: str | None = None,
+        max_tokens: int | None = None,
+    ) -> JsonObject:
+        """One call without tools or transcript (``POST /llm/chat`` without ``tools``)."""
+        params = self.params
+        dialect = dialect_for(params.provider)
+        headers = {"Content-Type": "application/json", **dialect.headers(params.api_key)}
+        try:
+            body = dialect.request(
+                model=model or params.model,
+                prompt=prompt,
+                tools=[],
+                turns=turns,
+                max_tokens=max_tokens or params.max_tokens,
+                temperature=params.temperature,
+                native=lambda calls: None,
+                extra=_extra(params),
+            )
+            answer = await post(
+                self.client,
+                dialect.url(params.root, model or params.model),
+                encode(body, sort_keys=params.provider == "openai"),
+                headers,
+                attempt_timeout=params.timeout,
+                max_retries=params.max_retries,
+                log=self.log,
+                cell=self.path,
+                trace_id=trace_id,
+            )
+            reply = dialect.parse(answer)
+        except TranslateError as exc:
+            raise LoopError(400, str(exc)) from None
+        except WireFailure as failure:
+            status = failure.status or (408 if failure.code == "timeout" else 502)
+            raise LoopError(
+                status, f"LLM provider error - {failure.detail}", failure.code
+            ) from None
+        except ReplyError as exc:
+            raise LoopError(502, f"unexpected stop_reason - {exc}") from None
+        if reply.empty:
+            raise LoopError(
+                422,
+                f"LLM reply is empty - stop_reason={reply.stop_reason}, "
+                f"output_tokens={reply.usage.output or 0}",
+            )
+        out: JsonObject = {"text": reply.text or ""}
+        out.update(
+            model=reply.model or model or params.model,
+            stop_reason=reply.stop_reason or reply.finish_reason,
+            usage={
+                "input_tokens": reply.usage.input or 0,
+                "output_tokens": reply.usage.output or 0,
+                "cache_creation_input_tokens": reply.usage.cache_creation or 0,
+                "cache_read_input_tokens": reply.usage.cache_read or 0,
+            },
+        )
+        return out
+
     # -- errors -------------------------------------------------------------------------
 
     def _redact(self, text: str) -> str:
