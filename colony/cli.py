@@ -95,6 +95,17 @@ def run(
         bool,
         typer.Option("--daemon", help="Run headless, detached from stdin (the default for now)."),
     ] = False,
+    api: Annotated[
+        str | None,
+        typer.Option("--api", help="Serve the HTTP API on HOST:PORT (e.g. 127.0.0.1:7799)."),
+    ] = None,
+    api_token_env: Annotated[
+        str | None,
+        typer.Option(
+            "--api-token-env",
+            help="Environment variable holding the API's bearer token (required off loopback).",
+        ),
+    ] = None,
     output: Annotated[
         OutputFormat,
         typer.Option("--format", help="How --validate reports: text, json or github annotations."),
@@ -136,17 +147,48 @@ def run(
     from colony.daemon import main as run_daemon
     from colony.lease import LeaseHeldError
 
+    address, token = _api_address(api, api_token_env)
     try:
         code = run_daemon(
             root,
             env_file=env,
             log_file=log_file,
             log_level=log_level.value if log_level is not None else None,
+            api=address,
+            api_token=token,
         )
     except LeaseHeldError as exc:
         typer.echo(f"meclaw: {exc}", err=True)
         raise typer.Exit(EXIT_INVALID) from None
     raise typer.Exit(code)
+
+
+def _api_address(
+    api: str | None, token_env: str | None
+) -> tuple[tuple[str, int] | None, str | None]:
+    """``(host, port)`` and the token for ``--api``; usage errors for anything unsafe."""
+    import ipaddress
+
+    token = None
+    if token_env is not None:
+        token = os.environ.get(token_env)
+        if not token:
+            raise _usage_error(f"--api-token-env {token_env}: the variable is unset or empty")
+    if api is None:
+        return None, token
+    host, sep, port_text = api.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise _usage_error(f"--api {api}: expected HOST:PORT, e.g. 127.0.0.1:7799")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        raise _usage_error(f"--api {api}: {host} is not an IP address") from None
+    if not loopback and token is None:
+        raise _usage_error(
+            f"--api {api}: binding beyond loopback needs a bearer token (--api-token-env VAR)"
+        )
+    return (host, int(port_text)), token
 
 
 def main() -> None:

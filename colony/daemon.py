@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from cells import BUILTIN_CELL_TYPES, close_shared_resources, implemented_cell_types, prepare
+from cells.llm.chat_endpoint import ChatRoute
+from colony.api import build_app, serve
 from colony.cell import CellType, param_checks
 from colony.colony import BootError, Colony
 from colony.config.diagnostics import has_errors, render_text
@@ -39,6 +41,8 @@ async def run(
     log_level: str | None,
     display_root: str,
     cell_types: Mapping[str, CellType] | None = None,
+    api: tuple[str, int] | None = None,
+    api_token: str | None = None,
 ) -> int:
     types = dict(cell_types) if cell_types is not None else implemented_cell_types()
     result = load_tree(
@@ -71,6 +75,19 @@ async def run(
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, stop.set)
             await colony.start()
+            server = None
+            chat = ChatRoute()
+            if api is not None:
+                app = build_app(colony, token=api_token, extra_routes={("POST", "/llm/chat"): chat})
+                try:
+                    server = await serve(app, *api)
+                except OSError as exc:
+                    _say(f"cannot listen on {api[0]}:{api[1]}: {exc.strerror or exc}")
+                    await colony.stop()
+                    return EXIT_FAILED
+                port = server.addresses[0][1] if server.addresses else api[1]
+                _say(f"HTTP API on http://{api[0]}:{port}")
+                log.info("api_listening", host=api[0], port=port)
             _say(
                 f"colony running on {display_root} ({len(colony.runners)} cells, "
                 f"{len(colony.hives)} hives, {len(colony.edges)} edges); logs in {log_file}; "
@@ -78,6 +95,9 @@ async def run(
             )
             await stop.wait()
             _say("stopping")
+            if server is not None:
+                await server.cleanup()
+            await chat.close()
             await colony.stop()
             return EXIT_OK
         finally:
@@ -85,7 +105,15 @@ async def run(
             await close_shared_resources()
 
 
-def main(root: Path, *, env_file: Path | None, log_file: Path | None, log_level: str | None) -> int:
+def main(
+    root: Path,
+    *,
+    env_file: Path | None,
+    log_file: Path | None,
+    log_level: str | None,
+    api: tuple[str, int] | None = None,
+    api_token: str | None = None,
+) -> int:
     """Run the daemon in the foreground; returns the exit code."""
     with RootLease(root):
         return asyncio.run(
@@ -95,5 +123,7 @@ def main(root: Path, *, env_file: Path | None, log_file: Path | None, log_level:
                 log_file=log_file or root / "log.jsonl",
                 log_level=log_level,
                 display_root=str(root),
+                api=api,
+                api_token=api_token,
             )
         )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from cells.llm.cell import LlmCell
-from cells.llm.loop import LOOP_FIELDS, LoopError, parse_request
+from cells.llm.loop import ERROR_CODES, LOOP_FIELDS, LoopError, parse_request
 from cells.llm.system import PromptError, prompt_of
 
 SUPPORTED = ("prompt", "messages", "system", "params", *LOOP_FIELDS)
@@ -105,3 +105,44 @@ async def _chat(cell: LlmCell, payload: Any, trace_id: str) -> dict[str, Any]:
         request, prompt=prompt, trace_id=trace_id, model=model, max_tokens=max_tokens
     )
     return result.reply
+
+
+class ChatRoute:
+    """``POST /llm/chat?cell=/path`` for the HTTP API: one engine per llm cell, reused."""
+
+    def __init__(self) -> None:
+        self._engines: dict[str, LlmCell] = {}
+
+    async def __call__(self, colony: Any, request: Any) -> Any:
+        from aiohttp import web
+
+        path = request.query.get("cell")
+        runner = colony.runners.get(path) if path else None
+        if runner is None or runner.type.name != "llm":
+            return web.json_response(
+                {"error": "not_found", "detail": f"no llm cell at {path!r} (use ?cell=/path)"},
+                status=404,
+            )
+        try:
+            payload = await request.json(loads=_loads)
+        except ValueError as exc:
+            return web.json_response({"error": "invalid_json", "detail": str(exc)}, status=400)
+        engine = self._engines.get(path)
+        if engine is None:
+            engine = self._engines[path] = LlmCell(runner.spec)
+        status, body = await llm_chat(engine, payload)
+        if status != 200:
+            token = ERROR_CODES.get(status, "provider_error")
+            body = {"error": token, "detail": body["error"]}
+        return web.json_response(body, status=status)
+
+    async def close(self) -> None:
+        for engine in self._engines.values():
+            await engine.close()
+        self._engines.clear()
+
+
+def _loads(text: str) -> Any:
+    import json
+
+    return json.loads(text)

@@ -329,3 +329,80 @@ def read_dead_letters(
         )
         for r in rows
     ]
+
+
+def delete_dead_letters(
+    path: Path,
+    *,
+    error_code: str | None = None,
+    since: int | None = None,
+    ids: list[int] | None = None,
+) -> list[DeadLetterRow]:
+    """Remove the matching dead letters (all when no filter) and return them."""
+    rows = [r for r in read_dead_letters(path, error_code, since) if ids is None or r.id in ids]
+    if rows:
+        conn = connect(str(path))
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany("DELETE FROM dead_letters WHERE id = ?", [(r.id,) for r in rows])
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+    return rows
+
+
+def read_messages(
+    path: Path,
+    *,
+    trace_id: str | None = None,
+    message_id: str | None = None,
+    to_path_prefix: str | None = None,
+    from_path_prefix: str | None = None,
+    since: int | None = None,
+    limit: int = 100,
+    oldest_first: bool = False,
+) -> list[MessageLogEntry]:
+    """Message-log rows matching every given filter."""
+    clauses: list[str] = []
+    args: list[Any] = []
+    for column, value in (("trace_id", trace_id), ("id", message_id)):
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            args.append(value)
+    for column, prefix in (("to_path", to_path_prefix), ("from_path", from_path_prefix)):
+        if prefix is not None:
+            clauses.append(f"substr({column}, 1, ?) = ?")
+            args.extend([len(prefix), prefix])
+    if since is not None:
+        clauses.append("created_at >= ?")
+        args.append(since)
+    sql = (
+        "SELECT id, trace_id, parent_message_id, correlation_id, ttl, from_path, to_path, "
+        "reply_to, headers, body_kind, body_payload, created_at FROM message_log"
+    )
+    if clauses:
+        sql += " WHERE " + " AND ".join(clauses)
+    sql += f" ORDER BY seq {'ASC' if oldest_first else 'DESC'} LIMIT ?"
+    args.append(limit)
+    conn = connect(str(path), readonly=True)
+    try:
+        rows = conn.execute(sql, args).fetchall()
+    finally:
+        conn.close()
+    return [
+        MessageLogEntry(
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            r[5],
+            r[6],
+            r[7],
+            json.loads(r[8]),
+            r[9],
+            json.loads(r[10]),
+            r[11],
+        )
+        for r in rows
+    ]

@@ -131,3 +131,38 @@ def test_the_env_flag_supplies_the_boots_variables(make_tree: TreeFactory, tmp_p
         wait_for_line(process, "colony running")
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0
+
+
+def test_the_api_serves_a_running_daemon_over_a_real_socket(make_tree: TreeFactory) -> None:
+    import httpx
+
+    root = hive_only(make_tree)
+    with start(root, "--api", "127.0.0.1:0") as process:
+        line = wait_for_line(process, "HTTP API on")
+        url = line.split("HTTP API on ", 1)[1].strip()
+        response = httpx.get(f"{url}/health", trust_env=False, timeout=10)
+        assert response.json()["status"] == "ok"
+        posted = httpx.post(
+            f"{url}/messages",
+            json={"target": "/nowhere", "body": {"messages": []}},
+            trust_env=False,
+            timeout=10,
+        )
+        assert posted.status_code == 202
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--api", "0.0.0.0:7799"], ["--api", "nonsense"], ["--api-token-env", "MECLAW_NO_SUCH_VAR"]],
+)
+def test_an_unsafe_or_malformed_api_flag_is_a_usage_error(
+    make_tree: TreeFactory, args: list[str]
+) -> None:
+    root = hive_only(make_tree)
+    done = subprocess.run(
+        [MECLAW, "--root", str(root), *args], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
