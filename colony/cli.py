@@ -68,6 +68,7 @@ def _usage_error(message: str) -> typer.Exit:
 
 @app.callback(invoke_without_command=True)
 def run(
+    ctx: typer.Context,
     root: Annotated[
         Path, typer.Option("--root", help="Colony root folder (holds colony.json and main/).")
     ] = Path("."),
@@ -118,6 +119,8 @@ def run(
     ] = False,
 ) -> None:
     """Run the colony under --root, or check it with --validate."""
+    if ctx.invoked_subcommand is not None:
+        return
     if not root.exists():
         raise _usage_error(f"--root {root}: no such folder")
     if not root.is_dir():
@@ -161,6 +164,96 @@ def run(
         typer.echo(f"meclaw: {exc}", err=True)
         raise typer.Exit(EXIT_INVALID) from None
     raise typer.Exit(code)
+
+
+dead_letters_app = typer.Typer(
+    help="List, follow and re-drive dead letters.", invoke_without_command=True
+)
+app.add_typer(dead_letters_app, name="dead-letters")
+
+
+def _database(root: Path) -> Path:
+    db = root / "colony.db"
+    if not db.exists():
+        raise _usage_error(f"--root {root}: no colony.db (has a daemon run on this root?)")
+    return db
+
+
+@dead_letters_app.callback()
+def dead_letters(
+    ctx: typer.Context,
+    root: Annotated[Path, typer.Option("--root", help="Colony root folder.")] = Path("."),
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new ones.")] = False,
+    error_code: Annotated[str | None, typer.Option("--error-code", help="Only this code.")] = None,
+    since: Annotated[int | None, typer.Option("--since", help="Unix seconds.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+) -> None:
+    """Print one line per dead letter: time, id, code, sender → target, trace id."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from colony.operations import list_dead_letters
+
+    db = _database(root)
+
+    def write(line: str) -> None:
+        typer.echo(line)
+        sys.stdout.flush()
+
+    try:
+        list_dead_letters(
+            db, error_code=error_code, since=since, as_json=as_json, follow=follow, write=write
+        )
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+
+
+@dead_letters_app.command("replay")
+def replay(
+    letter_id: Annotated[int, typer.Argument(help="The dead letter's id (see the listing).")],
+    api: Annotated[
+        str, typer.Option("--api", help="The running daemon's API, e.g. http://127.0.0.1:7799.")
+    ] = "http://127.0.0.1:7799",
+    token_env: Annotated[
+        str | None, typer.Option("--api-token-env", help="Variable holding the API token.")
+    ] = None,
+) -> None:
+    """Re-drive one dead letter through a running daemon: fresh TTL, same trace."""
+    import httpx
+
+    headers = {}
+    if token_env is not None:
+        headers["Authorization"] = f"Bearer {os.environ.get(token_env, '')}"
+    try:
+        response = httpx.post(
+            f"{api.rstrip('/')}/colony/dead_letters/{letter_id}/replay",
+            headers=headers,
+            timeout=30,
+            trust_env=False,
+        )
+    except httpx.HTTPError as exc:
+        typer.echo(f"meclaw: cannot reach {api}: {exc}", err=True)
+        raise typer.Exit(EXIT_INVALID) from None
+    if response.status_code != 202:
+        typer.echo(f"meclaw: replay refused ({response.status_code}): {response.text}", err=True)
+        raise typer.Exit(EXIT_INVALID)
+    body = response.json()
+    typer.echo(f"replayed #{letter_id} as message {body['message_id']} (trace {body['trace_id']})")
+
+
+@app.command("trace")
+def trace(
+    trace_id: Annotated[str, typer.Argument(help="A trace id.")],
+    root: Annotated[Path, typer.Option("--root", help="Colony root folder.")] = Path("."),
+) -> None:
+    """Print the hop tree of a trace, with the TTL left at each hop."""
+    from colony.operations import trace_lines
+
+    lines = trace_lines(_database(root), trace_id)
+    if not lines:
+        typer.echo(f"meclaw: no message-log rows for trace {trace_id}", err=True)
+        raise typer.Exit(EXIT_INVALID)
+    for line in lines:
+        typer.echo(line)
 
 
 def _api_address(

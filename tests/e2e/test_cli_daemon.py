@@ -166,3 +166,56 @@ def test_an_unsafe_or_malformed_api_flag_is_a_usage_error(
     )
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
+
+
+def test_dead_letters_follow_prints_a_new_dead_letter_within_a_second(make_tree: TreeFactory) -> None:
+    import httpx
+
+    root = hive_only(make_tree)
+    with start(root, "--api", "127.0.0.1:0") as daemon:
+        url = wait_for_line(daemon, "HTTP API on").split("HTTP API on ", 1)[1].strip()
+        with subprocess.Popen(
+            [MECLAW, "dead-letters", "--root", str(root), "--follow"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        ) as follower:
+            try:
+                time.sleep(1.0)  # the follower is polling an empty table
+                posted = time.monotonic()
+                httpx.post(f"{url}/messages", json={"target": "/nowhere", "body": {"messages": []}}, trust_env=False, timeout=10)
+                assert follower.stdout is not None
+                line = follower.stdout.readline()
+                assert time.monotonic() - posted < 1.5
+                assert "unresolved_path" in line
+                assert "/nowhere" in line
+            finally:
+                follower.send_signal(signal.SIGINT)
+                follower.wait(timeout=10)
+        trace = subprocess.run([MECLAW, "dead-letters", "--root", str(root), "--json"], capture_output=True, text=True, timeout=30)
+        [letter] = [json.loads(x) for x in trace.stdout.splitlines()]
+        replayed = subprocess.run([MECLAW, "dead-letters", "replay", str(letter["id"]), "--api", url], capture_output=True, text=True, timeout=30)
+        assert replayed.returncode == 0, replayed.stderr
+        assert letter["trace_id"] in replayed.stdout
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=20) == 0
+    tree = subprocess.run([MECLAW, "trace", letter["trace_id"], "--root", str(root)], capture_output=True, text=True, timeout=30)
+    assert tree.returncode == 1  # a message to nowhere is never logged: it died before any hop
+    after = subprocess.run([MECLAW, "dead-letters", "--root", str(root)], capture_output=True, text=True, timeout=30)
+    assert after.stdout.count("unresolved_path") == 2  # the replay died the same way, same trace
+
+
+def test_trace_prints_the_hop_tree_with_the_ttl_at_each_hop(make_tree: TreeFactory) -> None:
+    import httpx
+
+    root = make_tree({"main/config.json": hive({"from": ".", "to": "./box"}), "main/box/config.json": hive({"from": ".", "to": "/colony/registry"})})
+    with start(root, "--api", "127.0.0.1:0") as daemon:
+        url = wait_for_line(daemon, "HTTP API on").split("HTTP API on ", 1)[1].strip()
+        trace_id = httpx.post(f"{url}/messages", json={"target": "/", "body": {"messages": []}, "ttl": 9}, trust_env=False, timeout=10).json()["trace_id"]
+        time.sleep(0.5)
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=20)
+    done = subprocess.run([MECLAW, "trace", trace_id, "--root", str(root)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["@external → /  ttl 8", "  / → /box  ttl 7"]
