@@ -34,6 +34,11 @@ class LogLevel(StrEnum):
     error = "error"
 
 
+class StdioFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
 class OutputFormat(StrEnum):
     text = "text"
     json = "json"
@@ -94,7 +99,7 @@ def run(
     ] = None,
     daemon: Annotated[
         bool,
-        typer.Option("--daemon", help="Run headless, detached from stdin (the default for now)."),
+        typer.Option("--daemon", help="Run headless, detached from stdin."),
     ] = False,
     api: Annotated[
         str | None,
@@ -107,6 +112,10 @@ def run(
             help="Environment variable holding the API's bearer token (required off loopback).",
         ),
     ] = None,
+    stdio_format: Annotated[
+        StdioFormat,
+        typer.Option("--stdio-format", help="Direct mode's wire on stdin/stdout: text or json."),
+    ] = StdioFormat.text,
     output: Annotated[
         OutputFormat,
         typer.Option("--format", help="How --validate reports: text, json or github annotations."),
@@ -159,6 +168,9 @@ def run(
             log_level=log_level.value if log_level is not None else None,
             api=address,
             api_token=token,
+            direct=address is None and not daemon,
+            stdio_json=stdio_format is StdioFormat.json,
+            version=_package_version(),
         )
     except LeaseHeldError as exc:
         typer.echo(f"meclaw: {exc}", err=True)

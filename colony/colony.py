@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,6 +102,8 @@ class Colony:
         self.decisions = 0
         """Routing decisions taken so far (each one costs a message one TTL unit)."""
         self.dead_lettered = 0
+        self.egress: Callable[[Envelope], Awaitable[None]] | None = None
+        """Direct mode: where a message goes that finds no out-edge at the root hive."""
         self._pending = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -290,6 +292,8 @@ class Colony:
             if decision.taken:
                 for copy in transit_follow_ups(message, decision, self.config.message_default_ttl):
                     work.append((decision.hive, copy))
+            elif decision.hive == "/" and self.egress is not None:
+                await self.egress(message)
             else:
                 self._dead(
                     DeadLetterCode.HIVE_NO_ROUTE,

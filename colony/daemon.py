@@ -23,6 +23,7 @@ from colony.config.loader import load_tree
 from colony.lease import RootLease
 from colony.observability import file_logger
 from colony.persist.db import ColonyDb
+from colony.stdio import StdioBridge
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -43,6 +44,9 @@ async def run(
     cell_types: Mapping[str, CellType] | None = None,
     api: tuple[str, int] | None = None,
     api_token: str | None = None,
+    direct: bool = False,
+    stdio_json: bool = False,
+    version: str = "0",
 ) -> int:
     types = dict(cell_types) if cell_types is not None else implemented_cell_types()
     result = load_tree(
@@ -56,6 +60,12 @@ async def run(
         _say("the colony tree is invalid; nothing was started")
         return EXIT_FAILED
     tree = result.tree
+    if direct and "/" not in tree.hives:
+        _say(
+            "root must be a hive for direct-mode (stdin/stdout); run with --daemon or --api "
+            "for a root that is a cell"
+        )
+        return EXIT_FAILED
     level = log_level or tree.colony.log_default_level
     # Warm workers fork children: start them before colony.db's writer thread exists.
     await prepare((node.type, node.config.params) for node in tree.cells.values())
@@ -93,7 +103,18 @@ async def run(
                 f"{len(colony.hives)} hives, {len(colony.edges)} edges); logs in {log_file}; "
                 "SIGINT or SIGTERM stops it"
             )
-            await stop.wait()
+            if direct:
+                bridge = StdioBridge(colony, json_mode=stdio_json, version=version)
+                colony.egress = bridge.egress
+                reader = asyncio.create_task(bridge.run(sys.stdin.readline))
+                stopper = asyncio.create_task(stop.wait())
+                await asyncio.wait({reader, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                for task in (reader, stopper):
+                    task.cancel()
+                if reader.done() and not reader.cancelled():
+                    reader.result()  # re-raises whatever ended the bridge
+            else:
+                await stop.wait()
             _say("stopping")
             if server is not None:
                 await server.cleanup()
@@ -113,6 +134,9 @@ def main(
     log_level: str | None,
     api: tuple[str, int] | None = None,
     api_token: str | None = None,
+    direct: bool = False,
+    stdio_json: bool = False,
+    version: str = "0",
 ) -> int:
     """Run the daemon in the foreground; returns the exit code."""
     with RootLease(root):
@@ -125,5 +149,8 @@ def main(
                 display_root=str(root),
                 api=api,
                 api_token=api_token,
+                direct=direct,
+                stdio_json=stdio_json,
+                version=version,
             )
         )

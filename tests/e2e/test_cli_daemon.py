@@ -18,8 +18,9 @@ MECLAW = str(Path(sys.executable).with_name("meclaw"))
 
 
 def start(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    mode = [] if "--api" in args else ["--daemon"]  # never the stdio bridge here
     return subprocess.Popen(
-        [MECLAW, "--root", str(root), *args],
+        [MECLAW, "--root", str(root), *mode, *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -84,7 +85,10 @@ def test_a_second_daemon_on_the_same_root_is_refused(make_tree: TreeFactory) -> 
         try:
             wait_for_line(first, "colony running")
             second = subprocess.run(
-                [MECLAW, "--root", str(root)], capture_output=True, text=True, timeout=30
+                [MECLAW, "--root", str(root), "--daemon"],
+                capture_output=True,
+                text=True,
+                timeout=30,
             )
             assert second.returncode == 1
             assert f"(pid {first.pid})" in second.stderr
@@ -168,7 +172,9 @@ def test_an_unsafe_or_malformed_api_flag_is_a_usage_error(
     assert "Traceback" not in done.stderr
 
 
-def test_dead_letters_follow_prints_a_new_dead_letter_within_a_second(make_tree: TreeFactory) -> None:
+def test_dead_letters_follow_prints_a_new_dead_letter_within_a_second(
+    make_tree: TreeFactory,
+) -> None:
     import httpx
 
     root = hive_only(make_tree)
@@ -184,7 +190,12 @@ def test_dead_letters_follow_prints_a_new_dead_letter_within_a_second(make_tree:
             try:
                 time.sleep(1.0)  # the follower is polling an empty table
                 posted = time.monotonic()
-                httpx.post(f"{url}/messages", json={"target": "/nowhere", "body": {"messages": []}}, trust_env=False, timeout=10)
+                httpx.post(
+                    f"{url}/messages",
+                    json={"target": "/nowhere", "body": {"messages": []}},
+                    trust_env=False,
+                    timeout=10,
+                )
                 assert follower.stdout is not None
                 line = follower.stdout.readline()
                 assert time.monotonic() - posted < 1.5
@@ -193,29 +204,58 @@ def test_dead_letters_follow_prints_a_new_dead_letter_within_a_second(make_tree:
             finally:
                 follower.send_signal(signal.SIGINT)
                 follower.wait(timeout=10)
-        trace = subprocess.run([MECLAW, "dead-letters", "--root", str(root), "--json"], capture_output=True, text=True, timeout=30)
+        trace = subprocess.run(
+            [MECLAW, "dead-letters", "--root", str(root), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         [letter] = [json.loads(x) for x in trace.stdout.splitlines()]
-        replayed = subprocess.run([MECLAW, "dead-letters", "replay", str(letter["id"]), "--api", url], capture_output=True, text=True, timeout=30)
+        replayed = subprocess.run(
+            [MECLAW, "dead-letters", "replay", str(letter["id"]), "--api", url],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert replayed.returncode == 0, replayed.stderr
         assert letter["trace_id"] in replayed.stdout
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(timeout=20) == 0
-    tree = subprocess.run([MECLAW, "trace", letter["trace_id"], "--root", str(root)], capture_output=True, text=True, timeout=30)
+    tree = subprocess.run(
+        [MECLAW, "trace", letter["trace_id"], "--root", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert tree.returncode == 1  # a message to nowhere is never logged: it died before any hop
-    after = subprocess.run([MECLAW, "dead-letters", "--root", str(root)], capture_output=True, text=True, timeout=30)
+    after = subprocess.run(
+        [MECLAW, "dead-letters", "--root", str(root)], capture_output=True, text=True, timeout=30
+    )
     assert after.stdout.count("unresolved_path") == 2  # the replay died the same way, same trace
 
 
 def test_trace_prints_the_hop_tree_with_the_ttl_at_each_hop(make_tree: TreeFactory) -> None:
     import httpx
 
-    root = make_tree({"main/config.json": hive({"from": ".", "to": "./box"}), "main/box/config.json": hive({"from": ".", "to": "/colony/registry"})})
+    root = make_tree(
+        {
+            "main/config.json": hive({"from": ".", "to": "./box"}),
+            "main/box/config.json": hive({"from": ".", "to": "/colony/registry"}),
+        }
+    )
     with start(root, "--api", "127.0.0.1:0") as daemon:
         url = wait_for_line(daemon, "HTTP API on").split("HTTP API on ", 1)[1].strip()
-        trace_id = httpx.post(f"{url}/messages", json={"target": "/", "body": {"messages": []}, "ttl": 9}, trust_env=False, timeout=10).json()["trace_id"]
+        trace_id = httpx.post(
+            f"{url}/messages",
+            json={"target": "/", "body": {"messages": []}, "ttl": 9},
+            trust_env=False,
+            timeout=10,
+        ).json()["trace_id"]
         time.sleep(0.5)
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=20)
-    done = subprocess.run([MECLAW, "trace", trace_id, "--root", str(root)], capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [MECLAW, "trace", trace_id, "--root", str(root)], capture_output=True, text=True, timeout=30
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["@external → /  ttl 8", "  / → /box  ttl 7"]

@@ -1,0 +1,129 @@
+"""The stdio bridge (direct mode: neither ``--api`` nor ``--daemon``).
+
+Text mode: each non-empty stdin line is a user turn sent to ``/``; a message that reaches the
+root hive and finds no out-edge leaves the colony, and its last assistant text is printed as
+one line. JSON mode (``--stdio-format json``): a ``ready`` frame first, then ``message`` frames
+in and out, ``error`` frames (``invalid_frame``) for unreadable input. End of input waits for
+the colony to go idle, then shuts down cleanly (exit 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from colony.colony import Colony
+from colony.envelope import Envelope, source_message
+from colony.ids import uuid7
+
+STDIO_USER_ID = "73746469-6f5f-7573-6572-5f6964000001"
+"""meclaw's fixed stdio user id (the bytes of ``stdio_user_id`` + 0x000001)."""
+MAX_TTL = 2**32 - 1
+
+
+def last_assistant_text(body: Any) -> str | None:
+    turns = body.get("messages") if isinstance(body, dict) else None
+    for turn in reversed(turns or []):
+        if (
+            isinstance(turn, dict)
+            and turn.get("origin") == "assistant"
+            and turn.get("type") == "text"
+        ):
+            text = turn.get("text")
+            return text if isinstance(text, str) else None
+    return None
+
+
+class StdioBridge:
+    def __init__(
+        self, colony: Colony, *, json_mode: bool, version: str, out: TextIO | None = None
+    ) -> None:
+        self.colony = colony
+        self.json_mode = json_mode
+        self.version = version
+        self.out = out or sys.stdout
+        self.chat_id = uuid7()
+
+    def _write(self, line: str) -> None:
+        self.out.write(line + "\n")
+        self.out.flush()
+
+    async def egress(self, message: Envelope) -> None:
+        """A message that left the colony at the root hive."""
+        if self.json_mode:
+            frame = {
+                "v": 1,
+                "type": "message",
+                "trace_id": message.trace_id,
+                "context": message.headers.context,
+                "body": message.body,
+            }
+            self._write(json.dumps(frame, ensure_ascii=False))
+            return
+        text = last_assistant_text(message.body)
+        if text is None:
+            self.colony.log.warning(
+                "stdio_egress_discarded",
+                trace_id=message.trace_id,
+                detail="the message left the colony without an assistant text turn to print",
+            )
+            return
+        self._write(text)
+
+    def _frame_error(self, detail: str) -> None:
+        self._write(
+            json.dumps({"v": 1, "type": "error", "error_code": "invalid_frame", "detail": detail})
+        )
+
+    def message_for(self, line: str) -> Envelope | None:
+        default_ttl = self.colony.config.message_default_ttl
+        if not self.json_mode:
+            context = {"user_id": STDIO_USER_ID, "chat_id": self.chat_id, "turn_id": uuid7()}
+            turn = {"origin": "user", "type": "text", "text": line}
+            return source_message("/", {"messages": [turn]}, ttl=default_ttl, context=context)
+        try:
+            frame = json.loads(line)
+        except json.JSONDecodeError as exc:
+            self._frame_error(f"not JSON: {exc.msg}")
+            return None
+        if not isinstance(frame, dict) or frame.get("v") != 1 or frame.get("type") != "message":
+            self._frame_error('a frame is {"v": 1, "type": "message", "body": {...}}')
+            return None
+        body = frame.get("body")
+        if not isinstance(body, dict):
+            self._frame_error("body must be an object")
+            return None
+        ttl = frame.get("ttl", default_ttl)
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_TTL:
+            self._frame_error(f"ttl must be a whole number in 1..{MAX_TTL}")
+            return None
+        context = frame.get("context") or {}
+        hop = frame.get("hop") or {}
+        trace_id = frame.get("trace_id")
+        if not isinstance(context, dict) or not isinstance(hop, dict):
+            self._frame_error("context and hop must be objects")
+            return None
+        if trace_id is not None and not isinstance(trace_id, str):
+            self._frame_error("trace_id must be a string")
+            return None
+        context = {"user_id": STDIO_USER_ID, "chat_id": self.chat_id, "turn_id": uuid7(), **context}
+        return source_message("/", body, ttl=ttl, context=context, hop=hop, trace_id=trace_id)
+
+    async def run(self, read_line: Callable[[], str]) -> None:
+        """Feed stdin lines until end of input, then wait for the colony to go idle."""
+        if self.json_mode:
+            self._write(json.dumps({"v": 1, "type": "ready", "version": self.version}))
+        while True:
+            line = await asyncio.to_thread(read_line)
+            if line == "":
+                break
+            line = line.strip()
+            if not line:
+                continue
+            message = self.message_for(line)
+            if message is not None:
+                await self.colony.send(message)
+        await self.colony.wait_idle()
