@@ -250,7 +250,9 @@ class LlmCell:
 
     async def _loop_message(self, message: Envelope, body: JsonObject) -> JsonObject:
         """A loop turn arriving as a message: the ``loop`` slot, ``system`` (written through the
-        gate as usual) and, on the first turn, ``messages``."""
+        gate as usual) and, on the first turn, ``messages``. A ``params.model`` in the body is
+        the model this turn asks for (checked against the conversation's pin); without one a
+        continuation keeps the pinned model even if the configured one changed since."""
         slot = body["loop"]
         try:
             if not isinstance(slot, dict):
@@ -263,10 +265,14 @@ class LlmCell:
                 max_leaf_bytes=self.params.system_max_leaf_bytes,
                 writable=self.params.system_writable,
             )
-            self.state.write(write, body.get("messages"))
             request = parse_request(slot, body.get("messages"))
-            prompt = prompt_of(self.state.slots(), self.params.system_order)
-            result = await self.loop_turn(request, prompt=prompt, trace_id=message.trace_id)
+            prompt = prompt_of(self.state.preview(write), self.params.system_order)
+            asked = body.get("params")
+            model = asked.get("model") if isinstance(asked, dict) else None
+            result = await self.loop_turn(
+                request, prompt=prompt, trace_id=message.trace_id, model=model
+            )
+            self.state.write(write, body.get("messages"))  # only a turn that went through
         except GateError as exc:
             return _loop_error(LoopError(400, str(exc)))
         except PromptError as exc:
@@ -288,13 +294,12 @@ class LlmCell:
         params = self.params
         dialect = dialect_for(params.provider)
         headers = {"Content-Type": "application/json", **dialect.headers(params.api_key)}
-        url = dialect.url(params.root, model or params.model)
 
-        async def call(body: JsonObject) -> Any:
+        async def call(body: JsonObject, model: str) -> Any:
             try:
                 return await post(
                     self.client,
-                    url,
+                    dialect.url(params.root, model),
                     encode(body, sort_keys=params.provider == "openai"),
                     headers,
                     attempt_timeout=params.timeout,
@@ -314,7 +319,8 @@ class LlmCell:
             request,
             dialect=dialect,
             provider=params.provider,
-            model=model or params.model,
+            model=model,
+            default_model=params.model,
             prompt=prompt,
             store=self.transcript(),
             call=call,

@@ -19,7 +19,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cells.llm.dialects.base import Dialect, Reply, ReplyError, Tool, TranslateError, compact
+from cells.llm.dialects.base import (
+    Dialect,
+    Reply,
+    ReplyError,
+    Tool,
+    TranslateError,
+    compact,
+    error_text,
+)
 from cells.llm.transcript.base import Record, StoreUnavailable, TranscriptStore, WriteOutcome
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
@@ -210,7 +218,7 @@ def result_turns(record: Record, results: list[dict[str, Any]]) -> list[dict[str
         item = by_id[call_id]
         if "error" in item:
             error = item["error"] if isinstance(item["error"], str) else compact(item["error"])
-            text = compact({"error": error})
+            text = error_text(error)
         else:
             output = item["output"]
             text = output if isinstance(output, str) else compact(output)
@@ -230,8 +238,9 @@ class TurnResult:
     usage: dict[str, int] = field(default_factory=dict)
 
 
-Caller = Callable[[dict[str, Any]], Awaitable[Any]]
-"""Posts one request body to the provider and returns the answer JSON (raises on failure)."""
+Caller = Callable[[dict[str, Any], str], Awaitable[Any]]
+"""Posts one request body for a model to the provider and returns the answer JSON (raises on
+failure); the model is passed because some providers name it in the URL."""
 
 
 async def run_turn(
@@ -239,7 +248,8 @@ async def run_turn(
     *,
     dialect: Dialect,
     provider: str,
-    model: str,
+    model: str | None,
+    default_model: str,
     prompt: str,
     store: TranscriptStore,
     call: Caller,
@@ -247,7 +257,11 @@ async def run_turn(
     temperature: float,
     extra: Mapping[str, Any],
 ) -> TurnResult:
-    """One loop turn; raises :class:`LoopError` for every non-200 outcome."""
+    """One loop turn; raises :class:`LoopError` for every non-200 outcome.
+
+    ``model`` is the one the request names, if any: a first turn without it uses
+    ``default_model``, a continuation without it uses the model the conversation was pinned to,
+    so a cell restarted with another configured model still finishes the loops it started."""
     digest = tools_digest(request.tools)
     try:
         if request.continuation:
@@ -264,7 +278,9 @@ async def run_turn(
                 raise LoopError(
                     409, f"stale turn {request.turn}: the conversation is at turn {record.turn}"
                 )
-            if model != record.model:
+            if model is None:
+                model = record.model
+            elif model != record.model:
                 raise LoopError(
                     400, f"the conversation is pinned to model {record.model}, not {model}"
                 )
@@ -278,6 +294,7 @@ async def run_turn(
             turns = record.turns + result_turns(record, request.results)
             conversation = request.conversation
         else:
+            model = model or default_model
             record = Record(
                 provider=provider, model=model, system=prompt, tools_digest=digest, created=_now()
             )
@@ -309,7 +326,7 @@ async def run_turn(
         )
     except TranslateError as exc:
         raise LoopError(400, f"the conversation cannot be sent to {provider}: {exc}") from None
-    answer = await call(body)
+    answer = await call(body, model)
     try:
         reply = dialect.parse(answer)
     except ReplyError as exc:

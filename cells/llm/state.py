@@ -87,6 +87,19 @@ class LlmState:
             p: json.loads(v) for p, v in self.conn.execute("SELECT slot_path, value FROM system")
         }
 
+    def preview(self, write: SystemWrite) -> dict[str, JsonObject]:
+        """The slots as they would be after ``write``, without storing anything: a loop turn
+        that is refused must leave the cell's system prompt as it found it."""
+        slots = self.slots()
+        for path in write.replaces:
+            if path == "":
+                slots.clear()
+            else:
+                for key in [k for k in slots if k == path or k.startswith(path + ".")]:
+                    del slots[key]
+        slots.update(write.leaves)
+        return slots
+
     def write(self, write: SystemWrite, messages: Any) -> None:
         """The system leaves and the last input, in one transaction."""
         now = int(time.time())

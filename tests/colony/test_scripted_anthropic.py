@@ -397,7 +397,7 @@ async def test_a_tool_round_with_thinking_replays_natively_and_passes_the_checks
                 "origin": "tool",
                 "type": "tool_result",
                 "id": "toolu_B",
-                "text": '{"error":"unknown tz"}',
+                "text": '{"$error":"unknown tz"}',
             }
         )
         resp = await post(client, provider, body())

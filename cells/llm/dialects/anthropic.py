@@ -33,7 +33,6 @@ whole ``content`` list is :attr:`Reply.native`. Usage needs no arithmetic: Anthr
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -47,7 +46,7 @@ from cells.llm.dialects.base import (
     TranslateError,
     Usage,
     call_text,
-    compact,
+    error_of,
     parse_call,
 )
 
@@ -102,6 +101,8 @@ class AnthropicMessages:
         if tool.description is not None:
             out["description"] = tool.description
         out["input_schema"] = tool.parameters
+        if tool.strict is not None:
+            out["strict"] = tool.strict
         return out
 
     def messages(
@@ -304,16 +305,7 @@ def _result(turn: JsonObject, index: int) -> JsonObject:
 
 
 def _error_of(text: str) -> str | None:
-    if not text.startswith("{"):
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(value, dict) or list(value) != ["error"]:
-        return None
-    error = value["error"]
-    return error if isinstance(error, str) else compact(error)
+    return error_of(text)
 
 
 def _assistant_blocks(run: list[tuple[int, JsonObject]], native: NativeLookup) -> list[JsonObject]:

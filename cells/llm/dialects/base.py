@@ -196,3 +196,28 @@ def tool_from_leaf(value: Any, where: str) -> Tool:
         parameters=parameters,
         strict=strict if isinstance(strict, bool) else None,
     )
+
+
+ERROR_KEY = "$error"
+"""A tool result whose text is the JSON object ``{"$error": "<message>"}`` reports a failed
+call: providers with an error flag (Anthropic ``is_error``, Gemini ``response.error``) get it
+set. The ``$`` keeps a tool's own ``{"error": …}`` output from being mistaken for one."""
+
+
+def error_text(message: Any) -> str:
+    """The UBF text of a failed tool call."""
+    return compact({ERROR_KEY: message if isinstance(message, str) else compact(message)})
+
+
+def error_of(text: str) -> str | None:
+    """The message of a failed-call result text, or None for an ordinary result."""
+    if not text.startswith("{"):
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(value, dict) or list(value) != [ERROR_KEY]:
+        return None
+    error = value[ERROR_KEY]
+    return error if isinstance(error, str) else compact(error)

@@ -68,7 +68,7 @@ from cells.llm.dialects.base import (
     TranslateError,
     Usage,
     call_text,
-    compact,
+    error_of,
     parse_call,
 )
 
@@ -393,9 +393,9 @@ def _result(turn: JsonObject, index: int, sent: dict[str, _Call]) -> tuple[int, 
     text = _text(turn, index)
     value = _json_value(text)
     response: JsonObject
-    if isinstance(value, dict) and len(value) == 1 and "error" in value:
-        error = value["error"]
-        response = {"error": error if isinstance(error, str) else compact(error)}
+    failure = error_of(text)
+    if failure is not None:
+        response = {"error": failure}
     else:
         response = {"output": text if value is _NOT_JSON else value}
     answer: JsonObject = {}

@@ -133,10 +133,15 @@ def test_headers_carry_the_key_and_the_version() -> None:
 # -- tools -------------------------------------------------------------------------------------
 
 
-def test_a_tool_is_name_description_input_schema_in_that_order() -> None:
+def test_a_tool_is_name_description_input_schema_strict_in_that_order() -> None:
     out = D.tool(Tool("get_weather", "Weather.", SCHEMA, strict=True))
-    assert list(out) == ["name", "description", "input_schema"]
-    assert out == {"name": "get_weather", "description": "Weather.", "input_schema": SCHEMA}
+    assert list(out) == ["name", "description", "input_schema", "strict"]
+    assert out == {
+        "name": "get_weather",
+        "description": "Weather.",
+        "input_schema": SCHEMA,
+        "strict": True,
+    }
     assert D.tool(Tool("get_weather", None, SCHEMA)) == {
         "name": "get_weather",
         "input_schema": SCHEMA,
@@ -285,7 +290,7 @@ def test_an_error_result_that_is_not_the_convention_stays_text() -> None:
 
 
 def test_the_error_convention_reads_whitespace_inside_the_json() -> None:
-    body = request([user("a"), call("toolu_1"), result("toolu_1", '{ "error" : "boom" }')])
+    body = request([user("a"), call("toolu_1"), result("toolu_1", '{ "$error" : "boom" }')])
     assert body["messages"][2]["content"][0] == {
         "type": "tool_result",
         "tool_use_id": "toolu_1",

@@ -281,7 +281,7 @@ def test_results_are_one_user_content_in_call_order_with_names_from_the_calls() 
         call("c", "first", {"again": True}),
         result("c", '"three"'),
         result("a", "[1,2]"),
-        result("b", '{"error":{"code":7}}'),
+        result("b", '{"$error":{"code":7}}'),
         user("next"),
     ]
     contents = request(turns)["contents"]
@@ -300,8 +300,9 @@ def test_results_are_one_user_content_in_call_order_with_names_from_the_calls() 
     ("text", "response"),
     [
         ('{"temp_c":15}', {"output": {"temp_c": 15}}),
-        ('{"error":"boom"}', {"error": "boom"}),
-        ('{"error":"boom","detail":1}', {"output": {"error": "boom", "detail": 1}}),
+        ('{"$error":"boom"}', {"error": "boom"}),
+        ('{"error":"boom"}', {"output": {"error": "boom"}}),
+        ('{"$error":"boom","detail":1}', {"output": {"$error": "boom", "detail": 1}}),
         ("null", {"output": None}),
         ("", {"output": ""}),
         ("NaN", {"output": "NaN"}),
@@ -532,7 +533,7 @@ def test_a_parsed_turn_replays_byte_identical_through_the_cells_encoder() -> Non
     )
     reply = D.parse(json.loads(raw))
     store = {tuple(reply.calls): reply.native}
-    turns = [user("go"), *reply.turns, result("fc_A", "15"), result("fc_B", '{"error":"x"}')]
+    turns = [user("go"), *reply.turns, result("fc_A", "15"), result("fc_B", '{"$error":"x"}')]
     sent = encode(request(turns, lambda calls: store.get(calls)), sort_keys=False)
     received_parts = raw[raw.index(b'"parts":') + 8 : raw.index(b'},"finishReason"')]
     assert b'{"role":"model","parts":' + received_parts + b"}" in sent
