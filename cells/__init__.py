@@ -34,11 +34,17 @@ def implemented_cell_types() -> dict[str, CellType]:
 
     Imported lazily so that loading a tree never imports every cell's dependencies.
     """
+    from cells.bash import BASH
     from cells.code import CODE
+    from cells.file import FILE
     from cells.llm import LLM
+    from cells.proxy import PROXY
     from cells.store import STORE
+    from cells.timer import TIMER
+    from cells.web import WEB_FETCH, WEB_SEARCH
 
-    return {cell_type.name: cell_type for cell_type in (CODE, LLM, STORE)}
+    kinds = (BASH, CODE, FILE, LLM, PROXY, STORE, TIMER, WEB_FETCH, WEB_SEARCH)
+    return {cell_type.name: cell_type for cell_type in kinds}
 
 
 async def close_shared_resources() -> None:

@@ -54,8 +54,15 @@ from colony.scripted.responses import (
     responses_refusal,
     responses_text,
 )
+from colony.scripted.telegram import (
+    TELEGRAM_MAX_MESSAGE,
+    ScriptedTelegram,
+    telegram_error,
+    telegram_update,
+)
 
 __all__ = [
+    "TELEGRAM_MAX_MESSAGE",
     "Delay",
     "Raw",
     "ScriptItem",
@@ -65,6 +72,7 @@ __all__ = [
     "ScriptedOpenAI",
     "ScriptedResponses",
     "ScriptedServer",
+    "ScriptedTelegram",
     "Status",
     "anthropic_empty",
     "anthropic_error",
@@ -93,6 +101,8 @@ __all__ = [
     "responses_incomplete",
     "responses_refusal",
     "responses_text",
+    "telegram_error",
+    "telegram_update",
     "text_reply",
     "tool_calls_reply",
 ]

@@ -93,10 +93,8 @@ def telegram_update(
     message: dict[str, Any] = {
         "message_id": message_id,
         "date": int(time.time()) if date is None else date,
-        "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "group"},
+        "chat": _chat(chat_id),
     }
-    if chat_id <= 0:
-        message["chat"]["title"] = "group"
     if user_id is not None:
         message["from"] = {"id": user_id, "is_bot": False, "first_name": f"user{user_id}"}
     if text is not None:
@@ -114,12 +112,20 @@ def telegram_update(
     return {"update_id": update_id, "message": message}
 
 
+def _chat(chat_id: int) -> dict[str, Any]:
+    """A ``Chat``: private for positive ids, a group for negative ones (as on Telegram)."""
+    if chat_id > 0:
+        return {"id": chat_id, "type": "private"}
+    return {"id": chat_id, "type": "group", "title": "group"}
+
+
 @dataclass
 class _Failure:
     method: str | None
     status: int
     body: dict[str, Any]
     left: int
+    skip: int
 
 
 class ScriptedTelegram(ScriptedServer):
@@ -155,7 +161,8 @@ class ScriptedTelegram(ScriptedServer):
         """Each accepted ``sendMessage``: ``{"chat_id", "text"}``, in arrival order."""
         self.polls: list[dict[str, Any]] = []
         """Each ``getUpdates`` (also refused ones): ``{"offset", "timeout", "limit"}`` as sent
-        (``None`` when absent) plus ``status``, filled in once answered."""
+        (``None`` when absent) plus the HTTP ``status`` answered (``None`` while held, or when
+        the client left)."""
         self.calls: list[tuple[str, dict[str, Any]]] = []
         """Every request on a bot path: ``(method as written, parameters)``."""
         self.tokens_seen: list[str] = []
@@ -198,14 +205,16 @@ class ScriptedTelegram(ScriptedServer):
         *,
         method: str | None = None,
         times: int = 1,
+        after: int = 0,
         description: str | None = None,
         retry_after: int | None = None,
     ) -> None:
-        """Answer the next ``times`` requests to ``method`` (any method when None) with
-        ``status`` and Telegram's error body. Scripted failures are used in the order given."""
+        """Answer ``times`` requests to ``method`` (any method when None) with ``status`` and
+        Telegram's error body, once ``after`` of them were served normally. Scripted failures
+        are used in the order given."""
         body = telegram_error(status, description, retry_after=retry_after)
         name = None if method is None else _METHODS.get(method.lower(), method)
-        self._failures.append(_Failure(name, status, body, times))
+        self._failures.append(_Failure(name, status, body, times, after))
 
     def auth_fail(self, times: int = 1, *, method: str | None = "getUpdates") -> None:
         """Answer the next ``times`` requests to ``method`` ``401 Unauthorized`` (a revoked
@@ -309,36 +318,37 @@ class ScriptedTelegram(ScriptedServer):
             return self._error(400, f"Bad Request: {exc}")
         self.calls.append((method, params))
         self.tokens_seen.append(token)
-        self._notify()
-        if token != self.token:
-            return self._error(401)
         name = _METHODS.get(method.lower())
-        if name is None:
-            return self._error(404)
         poll: dict[str, Any] | None = None
         if name == "getUpdates":
             poll = {key: params.get(key) for key in ("offset", "timeout", "limit")}
+            poll["status"] = None
             self.polls.append(poll)
-            self._notify()
-        failure = self._take_failure(name)
-        if failure is not None:
+        self._notify()
+        if token != self.token:
+            response = self._error(401)
+        elif name is None:
+            response = self._error(404)
+        elif (failure := self._take_failure(name)) is not None:
             response = self._json(failure.status, failure.body)
         elif name == "sendMessage":
             response = self._send_message(params)
         else:
-            assert poll is not None
             answer = await self._get_updates(params, conn, reader)
             if answer is None:
-                poll["status"] = None
                 return None
             response = answer
         if poll is not None:
             poll["status"] = response.status
+            self._notify()
         return response
 
     def _take_failure(self, method: str) -> _Failure | None:
         for failure in self._failures:
             if failure.left > 0 and failure.method in (None, method):
+                if failure.skip > 0:
+                    failure.skip -= 1
+                    return None
                 failure.left -= 1
                 return failure
         return None
@@ -359,12 +369,10 @@ class ScriptedTelegram(ScriptedServer):
         message = {
             "message_id": next(self._message_ids),
             "date": int(time.time()),
-            "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "group"},
+            "chat": _chat(chat_id),
             "from": {"id": 1, "is_bot": True, "first_name": "scripted", "username": "bot"},
             "text": text,
         }
-        if chat_id <= 0:
-            message["chat"]["title"] = "group"
         return self._ok(message)
 
     def _confirm(self, offset: int | None) -> None:

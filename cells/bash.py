@@ -1,0 +1,353 @@
+"""The ``bash`` cell: one ``/bin/sh -c <command>`` per tool call.
+
+Stateless: up to ``max_concurrency`` commands run at once, each in its own process group, with
+the daemon's environment and working directory and **no stdin** (``/dev/null``). The exit code
+is data: ``exit 7`` is an ordinary result with ``hop.exit_code: 7``. Only a command that cannot
+run (``invalid_input``, ``io_error``) or runs too long (``timeout``) is an error emission.
+
+Output is capped twice: each stream is read only a little past ``max_bytes`` (then the pipe is
+closed, so a runaway writer gets ``SIGPIPE`` as under ``| head -c``, and memory stays bounded),
+and the combined text gets the visible cut ``… [truncated, N bytes total]``.
+
+This module also holds :func:`parse_tool_call`, the tool-call reading the ``file`` and
+``timer`` cells share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, cast
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from colony.cell import CellClass, CellSpec, CellType, Emission, ParamProblem, pydantic_check
+from colony.envelope import Envelope, JsonObject
+
+__all__ = [
+    "BASH",
+    "BashCell",
+    "BashParams",
+    "ToolCallError",
+    "parse_tool_call",
+    "tool_result",
+    "visible_cut",
+]
+
+COMMAND_LIMIT = 131_072
+"""Linux caps one argv string at 32 pages (``MAX_ARG_STRLEN``); ``sh -c`` passes the command
+as exactly one, so a command this long or longer is refused before any spawn."""
+
+_STDERR_START = "\n##meclaw-stderr-start##\n"
+_STDERR_END = "##meclaw-stderr-end##"
+_READ_PAST = 4096
+"""How far past ``max_bytes`` a stream is read before its pipe is closed: output that overshoots
+the cap by less is still counted exactly in ``bytes``."""
+
+
+# -- the tool-call convention -----------------------------------------------------------------
+
+
+class ToolCallError(Exception):
+    """The body does not carry one usable tool call; ``str(exc)`` is the sentence to reply."""
+
+    def __init__(self, text: str, call_id: str | None = None) -> None:
+        super().__init__(text)
+        self.call_id = call_id
+        """The call's id when the turn was found but its arguments were unusable."""
+
+
+def parse_tool_call(body: Any) -> tuple[JsonObject, str | None]:
+    """The arguments object and id of the one ``tool_call`` turn in ``body.messages``.
+
+    Exactly one turn must be a ``tool_call`` (others are ignored) and its ``text`` must be a
+    JSON object.
+    """
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list):
+        raise ToolCallError("body.messages must be an array holding one tool_call turn")
+    calls = [t for t in messages if isinstance(t, dict) and t.get("type") == "tool_call"]
+    if not calls:
+        raise ToolCallError("no tool_call turn in messages[]")
+    if len(calls) > 1:
+        raise ToolCallError(f"expected exactly one tool_call turn, found {len(calls)}")
+    turn = calls[0]
+    call_id = turn.get("id") if isinstance(turn.get("id"), str) else None
+    text = turn.get("text")
+    if not isinstance(text, str):
+        raise ToolCallError("the tool_call turn has no text (its JSON arguments)", call_id)
+    try:
+        args = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ToolCallError(f"tool_call text is not valid JSON: {exc}", call_id) from None
+    if not isinstance(args, dict):
+        raise ToolCallError("tool_call text must be a JSON object of arguments", call_id)
+    return args, call_id
+
+
+def tool_result(text: str, call_id: str | None) -> JsonObject:
+    """One ``tool_result`` turn. A call without an id is answered on ``id: ""``: UBF requires
+    an id on every tool_result, and an emission without one would be dead-lettered."""
+    return {"origin": "tool", "type": "tool_result", "text": text, "id": call_id or ""}
+
+
+def visible_cut(text: str, max_bytes: int) -> tuple[str, int, bool]:
+    """``(text, bytes, truncated)``: past ``max_bytes`` UTF-8 bytes, the text is cut at the
+    last whole character within the limit and ``… [truncated, N bytes total]`` appended."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= max_bytes:
+        return text, len(data), False
+    kept = data[:max_bytes].decode("utf-8", "ignore")
+    return f"{kept}… [truncated, {len(data)} bytes total]", len(data), True
+
+
+# -- params -----------------------------------------------------------------------------------
+
+
+class BashParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    external_timeout_ms: Annotated[int, Field(ge=1)] = 60_000
+    """Wall clock for one command; the whole process group is killed when it elapses."""
+    max_concurrency: Annotated[int, Field(ge=1)] = 4
+    max_bytes: Annotated[int, Field(ge=1)] = 262_144
+    """Visible cap on the reply text (stdout plus the stderr block)."""
+    sandbox: dict[str, Any] | None = None
+    """meclaw's process sandbox. Not available here: a block asking for ``trust:
+    "restricted"`` makes every call fail closed (``io_error``); any other block is ignored."""
+
+    @property
+    def restricted(self) -> bool:
+        return self.sandbox is not None and self.sandbox.get("trust") == "restricted"
+
+
+def check_sandbox(params: BashParams, folder: Path | None) -> list[ParamProblem]:
+    if not params.restricted:
+        return []
+    return [
+        ParamProblem(
+            ("sandbox",),
+            "sandbox_unavailable",
+            "this build has no process sandbox: every command of this cell will be refused "
+            "(io_error 'sandbox not applied')",
+            "remove params.sandbox to run commands unsandboxed, with the daemon's rights.",
+            warning=True,
+        )
+    ]
+
+
+# -- running one command ----------------------------------------------------------------------
+
+
+class _Collector(asyncio.SubprocessProtocol):
+    """Keeps at most ``cap`` bytes (plus :data:`_READ_PAST`) of each stream; past that it
+    closes the stream's pipe. Done when the process has exited and both pipes are closed."""
+
+    def __init__(self, cap: int, done: asyncio.Future[None]) -> None:
+        self.cap = cap + _READ_PAST
+        self.done = done
+        self.data = {1: bytearray(), 2: bytearray()}
+        self.overflow = {1: False, 2: False}
+        self.open_pipes = {1, 2}
+        self.exited = False
+        self.transport: asyncio.SubprocessTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.SubprocessTransport, transport)
+
+    def pipe_data_received(self, fd: int, data: bytes | bytearray) -> None:
+        if self.overflow[fd]:
+            return
+        buffer = self.data[fd]
+        buffer += data
+        if len(buffer) > self.cap:
+            del buffer[self.cap :]
+            self.overflow[fd] = True
+            pipe = self.transport.get_pipe_transport(fd) if self.transport else None
+            if pipe is not None:
+                pipe.close()
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        self.open_pipes.discard(fd)
+        self._check()
+
+    def process_exited(self) -> None:
+        self.exited = True
+        self._check()
+
+    def _check(self) -> None:
+        if self.exited and not self.open_pipes and not self.done.done():
+            self.done.set_result(None)
+
+
+class _TimedOut(Exception):
+    pass
+
+
+async def _run(command: str, limit_s: float, cap: int) -> tuple[int, bytes, bytes, bool, bool]:
+    """``(exit_code, stdout, stderr, stdout_cut, stderr_cut)``. Raises OSError when the shell
+    cannot start, :class:`_TimedOut` (after killing the process group) when ``limit_s`` seconds
+    elapse."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    transport, collector = await loop.subprocess_exec(
+        lambda: _Collector(cap, done),
+        "/bin/sh",
+        "-c",
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    timed_out = False
+    try:
+        try:
+            async with asyncio.timeout(limit_s):
+                await asyncio.shield(done)
+        except TimeoutError:
+            timed_out = True
+        finally:  # timed out, or the message was cancelled: take the whole group down
+            if not done.done():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(transport.get_pid(), signal.SIGKILL)
+        if timed_out:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(5):
+                    await done  # the pipes close once every process holding them is dead
+            raise _TimedOut
+        returncode = transport.get_returncode()
+    finally:
+        transport.close()
+    exit_code = -1 if returncode is None or returncode < 0 else returncode
+    out, err = bytes(collector.data[1]), bytes(collector.data[2])
+    return exit_code, out, err, collector.overflow[1], collector.overflow[2]
+
+
+def _decode(data: bytes, cut: bool) -> str:
+    """Lossy UTF-8; a stream that was ``cut`` off mid-character drops that character's first
+    bytes rather than showing them as a replacement character."""
+    if cut:
+        for back in range(1, min(4, len(data)) + 1):
+            byte = data[-back]
+            if byte & 0xC0 == 0x80:
+                continue  # a continuation byte: look further back for the lead byte
+            length = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else 4
+            if byte & 0x80 and length > back:
+                data = data[:-back]
+            break
+    return data.decode("utf-8", "replace")
+
+
+def _duration(ms: int) -> str:
+    if ms % 1000 == 0:
+        return f"{ms // 1000}s"
+    if ms < 1000:
+        return f"{ms}ms"
+    return f"{ms / 1000:g}s"
+
+
+# -- the cell ---------------------------------------------------------------------------------
+
+
+class BashCell:
+    def __init__(self, spec: CellSpec) -> None:
+        self.params = BashParams.model_validate({} if spec.params is None else spec.params)
+        self.path = spec.path
+
+    async def handle(self, message: Envelope) -> list[Emission]:
+        target = message.reply_to or self.path
+        return [Emission(await self._answer(message.body), target)]
+
+    async def _answer(self, body: Any) -> JsonObject:
+        started = time.perf_counter()
+        p = self.params
+        try:
+            args, call_id = parse_tool_call(body)
+        except ToolCallError as exc:
+            return _error("invalid_input", str(exc), exc.call_id, started)
+        command = args.get("command")
+        if not isinstance(command, str):
+            return _error("invalid_input", "args.command missing or not a string", call_id, started)
+        if not command:
+            return _error("invalid_input", "args.command is empty", call_id, started)
+        size = len(command.encode("utf-8", "surrogatepass"))
+        if size >= COMMAND_LIMIT:
+            return _error(
+                "invalid_input",
+                f"args.command is {size} bytes; one argv string is capped at {COMMAND_LIMIT} "
+                "bytes (MAX_ARG_STRLEN) and sh -c passes the command as one, so no shell was "
+                "started",
+                call_id,
+                started,
+            )
+        if "\0" in command:
+            return _error("invalid_input", "args.command contains a NUL byte", call_id, started)
+        if p.restricted:
+            return _error(
+                "io_error",
+                "sandbox not applied: this build has no process sandbox (params.sandbox asks "
+                'for trust "restricted"); remove the block to run unsandboxed',
+                call_id,
+                started,
+            )
+        try:
+            exit_code, out, err, out_cut, err_cut = await _run(
+                command, p.external_timeout_ms / 1000, p.max_bytes
+            )
+        except _TimedOut:
+            return _error(
+                "timeout",
+                f"command timed out after {_duration(p.external_timeout_ms)}",
+                call_id,
+                started,
+                exit_code=-1,
+            )
+        except OSError as exc:
+            return _error("io_error", f"spawn failed: {exc}", call_id, started)
+        stdout = _decode(out, out_cut)
+        stderr = _decode(err, err_cut)
+        text = stdout + _STDERR_START + stderr + _STDERR_END if stderr else stdout
+        shown, size, truncated = visible_cut(text, p.max_bytes)
+        header: JsonObject = {
+            "operation": "bash",
+            "exit_code": exit_code,
+            "had_stderr": bool(stderr),
+            "duration_ms": _elapsed(started),
+            "bytes": size,
+        }
+        if truncated or out_cut or err_cut:
+            header["truncated"] = True
+        return {"header": header, "messages": [tool_result(shown, call_id)]}
+
+
+def _elapsed(started: float) -> int:
+    return int((time.perf_counter() - started) * 1000)
+
+
+def _error(code: str, text: str, call_id: str | None, started: float, **extra: Any) -> JsonObject:
+    header: Mapping[str, Any] = {
+        "operation": "bash",
+        "had_stderr": False,
+        **extra,
+        "duration_ms": _elapsed(started),
+        "finish_reason": "error",
+        "error_code": code,
+    }
+    return {"header": dict(header), "messages": [tool_result(text, call_id)]}
+
+
+BASH = CellType(
+    "bash",
+    CellClass.STATELESS,
+    BashCell,
+    default_max_concurrency=4,
+    check_params=pydantic_check(BashParams, check_sandbox),
+)

@@ -1,0 +1,373 @@
+"""The ``file`` cell: read, write, list and stat files under one ``base_path``.
+
+Stateless: up to ``max_concurrency`` calls at once; each does its file I/O in a worker thread
+(``asyncio.to_thread``), so a large file never stalls the event loop.
+
+The boundary is checked in two stages, and every way out gives the same answer —
+``path_outside_boundary`` — whether or not the target exists, so the cell is no oracle for
+the file system around the base:
+
+1. lexically, before the file system is touched: absolute paths are ``invalid_input``, and a
+   ``..`` that climbs above the base is refused;
+2. on the real path: the path (for a write, its parent) is resolved through every symlink that
+   exists, and the result must lie under the resolved base. A symlink pointing out is refused
+   whether or not its target exists.
+
+The checked path is then opened with ``O_NOFOLLOW``, so swapping the last component for a
+symlink between the check and the open fails instead of escaping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import errno
+import json
+import os
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
+
+from cells.bash import ToolCallError, parse_tool_call, tool_result
+from colony.cell import CellClass, CellSpec, CellType, Emission, ParamProblem, pydantic_check
+from colony.envelope import Envelope, JsonObject
+
+__all__ = ["FILE", "FileCell", "FileParams"]
+
+_OPS = ("read", "write", "list", "stat")
+_READ_ONLY_ARGS = ("mode", "offset", "limit")
+_OUTSIDE = "path resolves outside base_path boundary"
+
+
+class FileParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    base_path: str
+    """Absolute path of an existing directory; every call's path is relative to it."""
+    max_concurrency: Annotated[int, Field(ge=1)] = 8
+
+    @field_validator("base_path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not os.path.isabs(value):
+            raise PydanticCustomError(
+                "base_path_relative", "base_path must be absolute, got {value}", {"value": value}
+            )
+        return value
+
+
+def check_base(params: FileParams, folder: Path | None) -> list[ParamProblem]:
+    """The base must exist as a directory (checked by ``--validate``, not on the first call)."""
+    if os.path.isdir(params.base_path):
+        return []
+    what = "is not a directory" if os.path.exists(params.base_path) else "does not exist"
+    return [
+        ParamProblem(
+            ("base_path",),
+            "base_path_missing",
+            f"base_path {params.base_path} {what}",
+            "create the directory, or point base_path at an existing one.",
+        )
+    ]
+
+
+class _Refused(Exception):
+    """A call that ends in an error reply."""
+
+    def __init__(self, code: str, text: str) -> None:
+        super().__init__(text)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    op: str
+    path: str
+    content: str | None = None
+    base64: bool = False
+    offset: int = 0
+    limit: int | None = None
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _parse_args(args: JsonObject) -> _Call:
+    op = args.get("op")
+    if not isinstance(op, str):
+        raise _Refused("invalid_input", "args.op missing or not a string")
+    if op not in _OPS:
+        raise _Refused("invalid_input", f"unknown op: {op} (use one of {', '.join(_OPS)})")
+    path = args.get("path")
+    if not isinstance(path, str):
+        raise _Refused("invalid_input", "args.path missing or not a string")
+    if not path:
+        raise _Refused("invalid_input", "args.path is empty")
+    if "\0" in path:
+        raise _Refused("invalid_input", "args.path contains a NUL byte")
+    if op != "read":
+        extra = [key for key in _READ_ONLY_ARGS if key in args]
+        if extra:
+            raise _Refused("invalid_input", f"args.{extra[0]} is allowed only with op read")
+    if op == "write":
+        content = args.get("content")
+        if not isinstance(content, str):
+            raise _Refused(
+                "invalid_input", "args.content missing or not a string (required for write)"
+            )
+        if path.endswith("/"):
+            raise _Refused("invalid_input", "args.path of a write must name a file, not end in /")
+        return _Call(op, path, content=content)
+    if op != "read":
+        return _Call(op, path)
+    mode = args.get("mode", "text")
+    if mode not in ("text", "base64"):
+        raise _Refused("invalid_input", 'args.mode must be "text" or "base64"')
+    offset = args.get("offset", 0)
+    if not _is_count(offset) or offset < 0:
+        raise _Refused("invalid_input", "args.offset must be an integer >= 0")
+    limit = args.get("limit")
+    if limit is not None and (not _is_count(limit) or limit < 1):
+        raise _Refused("invalid_input", "args.limit must be an integer >= 1")
+    return _Call(op, path, base64=mode == "base64", offset=offset, limit=limit)
+
+
+# -- the boundary -----------------------------------------------------------------------------
+
+
+def _climbs_out(relative: str) -> bool:
+    """Whether a ``..`` takes ``relative`` above its start, read without the file system."""
+    depth = 0
+    for part in relative.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return True
+        elif part not in ("", "."):
+            depth += 1
+    return False
+
+
+def _inside(path: str, base: str) -> bool:
+    return path == base or path.startswith(base.rstrip("/") + "/")
+
+
+def _resolve(base: str, relative: str, *, for_write: bool) -> str:
+    """The real path ``relative`` names under ``base``; raises :class:`_Refused`."""
+    if os.path.isabs(relative):
+        raise _Refused("invalid_input", "path must be relative, not absolute")
+    if _climbs_out(relative):
+        raise _Refused("path_outside_boundary", _OUTSIDE)
+    joined = os.path.join(base, relative)
+    if not for_write:
+        real = os.path.realpath(joined)
+        if not _inside(real, base):
+            raise _Refused("path_outside_boundary", _OUTSIDE)
+        return real
+    head, name = os.path.split(joined.rstrip("/") if joined != "/" else joined)
+    parent = os.path.realpath(head)
+    if not _inside(parent, base):
+        raise _Refused("path_outside_boundary", _OUTSIDE)
+    target = os.path.join(parent, name)
+    if os.path.islink(target):  # a link inside the base may still point out of it
+        real = os.path.realpath(target)
+        if not _inside(real, base):
+            raise _Refused("path_outside_boundary", _OUTSIDE)
+        return real
+    return target
+
+
+# -- the operations (run in a worker thread) --------------------------------------------------
+
+
+def _failure(exc: OSError, relative: str) -> _Refused:
+    if exc.errno == errno.ENOENT:
+        return _Refused("not_found", f"path not found: {relative}")
+    if exc.errno == errno.ENOTDIR:
+        return _Refused("not_a_directory", f"a parent of {relative} is not a directory")
+    if exc.errno == errno.EISDIR:
+        return _Refused("not_a_file", f"{relative} is a directory")
+    if exc.errno == errno.ELOOP:
+        return _Refused("io_error", f"{relative}: too many levels of symbolic links")
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    return _Refused("io_error", f"{relative}: {reason.lower()}")
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    if stat.S_ISREG(mode):
+        return "file"
+    return "other"
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _read(real: str, call: _Call) -> tuple[str, int]:
+    # O_NONBLOCK: opening a FIFO must not wait for a writer (a regular file ignores it)
+    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise _Refused("not_a_file", f"{call.path} is a directory")
+        if not stat.S_ISREG(info.st_mode):
+            raise _Refused("not_a_file", f"{call.path} is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            handle.seek(call.offset)
+            data = handle.read() if call.limit is None else handle.read(call.limit)
+    finally:
+        os.close(fd)
+    if call.base64:
+        return base64.b64encode(data).decode("ascii"), len(data)
+    try:
+        return data.decode("utf-8"), len(data)
+    except UnicodeDecodeError as exc:
+        raise _Refused(
+            "io_error",
+            f"{call.path} is not valid UTF-8 (byte {call.offset + exc.start}); read it with "
+            'mode "base64"',
+        ) from None
+
+
+def _write(real: str, call: _Call) -> tuple[str, int]:
+    parent = os.path.dirname(real)
+    shown = os.path.dirname(call.path.rstrip("/")) or "."
+    if not os.path.exists(parent):
+        raise _Refused(
+            "not_found",
+            f"parent directory does not exist: {shown} (write does not create directories)",
+        )
+    if not os.path.isdir(parent):
+        raise _Refused("not_a_directory", f"parent is not a directory: {shown}")
+    if os.path.isdir(real):
+        raise _Refused("not_a_file", f"{call.path} is a directory")
+    data = (call.content or "").encode("utf-8", "surrogatepass")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(real, flags, 0o666)
+    except PermissionError:
+        raise _Refused("io_error", f"write failed: permission denied ({call.path})") from None
+    with os.fdopen(fd, "wb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _Refused("not_a_file", f"{call.path} is not a regular file")
+        handle.truncate()
+        handle.write(data)
+    return _dumps({"written": len(data)}), len(data)
+
+
+def _list(real: str, call: _Call) -> tuple[str, int]:
+    if not stat.S_ISDIR(os.stat(real).st_mode):
+        raise _Refused("not_a_directory", f"{call.path} is not a directory")
+    entries: list[JsonObject] = []
+    with os.scandir(real) as scan:
+        for entry in scan:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue  # vanished or unreadable since the scan listed it
+            item: JsonObject = {"name": _lossy(entry.name), "kind": _kind(info.st_mode)}
+            if stat.S_ISREG(info.st_mode):
+                item["size"] = info.st_size
+            entries.append(item)
+    entries.sort(key=lambda item: item["name"])
+    text = _dumps(entries)
+    return text, len(text.encode())
+
+
+def _stat(real: str, call: _Call) -> tuple[str, int]:
+    info = os.lstat(real)
+    is_file = stat.S_ISREG(info.st_mode)
+    text = _dumps(
+        {
+            "kind": _kind(info.st_mode),
+            "size": info.st_size if is_file else None,
+            "modified": int(info.st_mtime),
+        }
+    )
+    return text, len(text.encode())
+
+
+def _lossy(name: str) -> str:
+    """A file name that is not UTF-8 shows with replacement characters."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+_RUN = {"read": _read, "write": _write, "list": _list, "stat": _stat}
+
+
+def _perform(base: str, call: _Call) -> tuple[str, int]:
+    real = _resolve(base, call.path, for_write=call.op == "write")
+    try:
+        return _RUN[call.op](real, call)
+    except OSError as exc:
+        raise _failure(exc, call.path) from None
+
+
+# -- the cell ---------------------------------------------------------------------------------
+
+
+class FileCell:
+    def __init__(self, spec: CellSpec) -> None:
+        self.params = FileParams.model_validate(spec.params)
+        self.path = spec.path
+        self.base = os.path.realpath(self.params.base_path)
+        if not os.path.isdir(self.base):
+            raise NotADirectoryError(f"base_path {self.params.base_path} is not a directory")
+
+    async def handle(self, message: Envelope) -> list[Emission]:
+        target = message.reply_to or self.path
+        return [Emission(await self._answer(message.body), target)]
+
+    async def _answer(self, body: Any) -> JsonObject:
+        started = time.perf_counter()
+        try:
+            args, call_id = parse_tool_call(body)
+        except ToolCallError as exc:
+            return _error("unknown", "invalid_input", str(exc), exc.call_id, started)
+        try:
+            call = _parse_args(args)
+        except _Refused as exc:
+            return _error("unknown", exc.code, str(exc), call_id, started)
+        try:
+            text, size = await asyncio.to_thread(_perform, self.base, call)
+        except _Refused as exc:
+            return _error(call.op, exc.code, str(exc), call_id, started)
+        header: JsonObject = {"operation": call.op, "bytes": size, "duration_ms": _ms(started)}
+        if call.base64:
+            header["encoding"] = "base64"
+        return {"header": header, "messages": [tool_result(text, call_id)]}
+
+
+def _ms(started: float) -> int:
+    return int((time.perf_counter() - started) * 1000)
+
+
+def _error(operation: str, code: str, text: str, call_id: str | None, started: float) -> JsonObject:
+    return {
+        "header": {
+            "operation": operation,
+            "duration_ms": _ms(started),
+            "finish_reason": "error",
+            "error_code": code,
+        },
+        "messages": [tool_result(text, call_id)],
+    }
+
+
+FILE = CellType(
+    "file",
+    CellClass.STATELESS,
+    FileCell,
+    default_max_concurrency=8,
+    check_params=pydantic_check(FileParams, check_base),
+)
