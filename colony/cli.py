@@ -66,6 +66,12 @@ def _version_callback(value: bool) -> None:
         raise typer.Exit()
 
 
+def _file_prefix(root: Path) -> str:
+    """How diagnostics name files: relative to the working directory, so editors can jump."""
+    prefix = os.path.relpath(root)
+    return "" if prefix == "." else prefix.replace(os.sep, "/") + "/"
+
+
 def _usage_error(message: str) -> typer.Exit:
     typer.echo(f"meclaw: {message}", err=True)
     return typer.Exit(EXIT_USAGE)
@@ -146,8 +152,7 @@ def run(
             param_checks=param_checks(implemented_cell_types()),
         )
         shown = str(root)
-        prefix = os.path.relpath(root)
-        prefix = "" if prefix == "." else prefix.replace(os.sep, "/") + "/"
+        prefix = _file_prefix(root)
         if output is OutputFormat.json:
             sys.stdout.write(render_json(diagnostics, root=shown))
         elif output is OutputFormat.github:
@@ -250,6 +255,23 @@ def replay(
         raise typer.Exit(EXIT_INVALID)
     body = response.json()
     typer.echo(f"replayed #{letter_id} as message {body['message_id']} (trace {body['trace_id']})")
+
+
+@app.command("graph")
+def graph(
+    root: Annotated[Path, typer.Option("--root", help="Colony root folder.")] = Path("."),
+) -> None:
+    """Print the colony's topology as Graphviz DOT (pipe it to `dot -Tsvg`)."""
+    from colony.dot import load_for_picture, to_dot
+
+    if not root.is_dir():
+        raise _usage_error(f"--root {root}: no such folder")
+    loaded = load_for_picture(root, cell_types=BUILTIN_CELL_TYPES)
+    if loaded.tree is None:
+        prefix = _file_prefix(root)
+        sys.stderr.write(render_text(loaded.diagnostics, root=str(root), file_prefix=prefix))
+        raise typer.Exit(EXIT_INVALID)
+    sys.stdout.write(to_dot(loaded.tree))
 
 
 @app.command("trace")

@@ -1,0 +1,116 @@
+"""A colony tree as a Graphviz DOT picture: ``meclaw graph --root DIR``.
+
+Hives become clusters (nested as on disk) with one round node standing for the hive itself,
+because edges leave and enter a hive by its own path (``"from": "."``). Cells are boxes labelled
+with their name and type; each edge is labelled with its condition and what its modifier does,
+so the picture answers "why did this message go there" without opening the JSON.
+
+The picture is drawn from the tree as loaded, never from a running colony, and a ``${VAR}``
+without a value does not stop it: a topology's README can show its picture before anyone has
+keys. Nothing substituted is ever printed — only paths, types, conditions and modifier keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from colony.config.loader import ColonyTree, EdgeDecl, LoadResult, load_tree
+from colony.paths import ROOT, parent
+
+__all__ = ["load_for_picture", "to_dot"]
+
+_INDENT = "  "
+
+
+class _AnyValue(Mapping[str, str]):
+    """An environment in which every variable has a value: the picture needs no secrets."""
+
+    def __getitem__(self, key: str) -> str:
+        return f"<{key}>"
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def load_for_picture(root: Path, *, cell_types: frozenset[str]) -> LoadResult:
+    """Load the tree for drawing: params are not checked and every ``${VAR}`` has a value."""
+    return load_tree(root, cell_types=cell_types, environ=_AnyValue())
+
+
+def _quote(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def _name(path: str) -> str:
+    return path if path == ROOT else path.rsplit("/", 1)[1]
+
+
+def _edge_label(edge: EdgeDecl) -> str:
+    lines: list[str] = []
+    if edge.condition is not None:
+        lines.append(edge.condition)
+    modifier = edge.modifier
+    if modifier is not None:
+        lines += [f"context.{key} = {value}" for key, value in modifier.set_context.items()]
+        lines += [f"hop.{key} = {value}" for key, value in modifier.set_hop.items()]
+        lines += [f"drop context.{key}" for key in modifier.delete_context]
+        lines += [f"drop hop.{key}" for key in modifier.delete_hop]
+        if modifier.restore_ttl:
+            lines.append("restore_ttl")
+    return "\n".join(lines)
+
+
+def to_dot(tree: ColonyTree) -> str:
+    """The DOT text of ``tree``; stable for a given tree (children sorted by path)."""
+    children: dict[str, list[str]] = {}
+    for path in [*tree.hives, *tree.cells]:
+        if path != ROOT:
+            children.setdefault(parent(path), []).append(path)
+    out = [
+        "digraph colony {",
+        f"{_INDENT}rankdir=LR;",
+        f'{_INDENT}node [shape=box, fontname="Helvetica"];',
+        f'{_INDENT}edge [fontname="Helvetica", fontsize=10];',
+    ]
+
+    def hive(path: str, depth: int) -> None:
+        pad = _INDENT * depth
+        out.append(f"{pad}subgraph {_quote('cluster_' + path)} {{")
+        out.append(f"{pad}{_INDENT}label={_quote(path)};")
+        out.append(f"{pad}{_INDENT}{_quote(path)} [shape=circle, label={_quote(_name(path))}];")
+        for child in sorted(children.get(path, [])):
+            if child in tree.hives:
+                hive(child, depth + 1)
+            else:
+                label = f"{_name(child)}\n{tree.cells[child].type}"
+                out.append(f"{pad}{_INDENT}{_quote(child)} [label={_quote(label)}];")
+        out.append(f"{pad}}}")
+
+    roots = [ROOT] if ROOT in tree.hives else sorted(children.get(ROOT, []))
+    for top in roots:
+        if top in tree.hives:
+            hive(top, 1)
+        else:
+            label = f"{_name(top)}\n{tree.cells[top].type}"
+            out.append(f"{_INDENT}{_quote(top)} [label={_quote(label)}];")
+    declared = {*tree.hives, *tree.cells}
+    for path in sorted({e.from_path for e in tree.edges} | {e.to_path for e in tree.edges}):
+        if path not in declared:  # a /colony endpoint, or a cell the tree does not hold
+            label = f"{_name(path)}\n(not in the tree)"
+            out.append(f"{_INDENT}{_quote(path)} [style=dashed, label={_quote(label)}];")
+    for edge in tree.edges:
+        attributes = []
+        label = _edge_label(edge)
+        if label:
+            attributes.append(f"label={_quote(label)}")
+        if edge.modifier is not None and edge.modifier.restore_ttl:
+            attributes.append("style=bold")
+        suffix = f" [{', '.join(attributes)}]" if attributes else ""
+        out.append(f"{_INDENT}{_quote(edge.from_path)} -> {_quote(edge.to_path)}{suffix};")
+    out.append("}")
+    return "\n".join(out) + "\n"
