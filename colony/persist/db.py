@@ -15,7 +15,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,24 @@ class MessageLogEntry:
     body_kind: str
     body: Any
     created_at: int
+
+
+def _log_entry(r: Sequence[Any]) -> MessageLogEntry:
+    """A ``message_log`` row as both readers select it (headers and body are JSON text)."""
+    return MessageLogEntry(
+        r[0],
+        r[1],
+        r[2],
+        r[3],
+        r[4],
+        r[5],
+        r[6],
+        r[7],
+        json.loads(r[8]),
+        r[9],
+        json.loads(r[10]),
+        r[11],
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,23 +290,7 @@ class ColonyDb:
             sql += " WHERE trace_id = ?"
             args = (trace_id,)
         rows = await asyncio.to_thread(self._read, sql + " ORDER BY seq", args)
-        return [
-            MessageLogEntry(
-                r[0],
-                r[1],
-                r[2],
-                r[3],
-                r[4],
-                r[5],
-                r[6],
-                r[7],
-                json.loads(r[8]),
-                r[9],
-                json.loads(r[10]),
-                r[11],
-            )
-            for r in rows
-        ]
+        return [_log_entry(r) for r in rows]
 
     async def dead_letters(
         self, *, error_code: str | None = None, since: int | None = None, limit: int | None = None
@@ -389,20 +391,4 @@ def read_messages(
         rows = conn.execute(sql, args).fetchall()
     finally:
         conn.close()
-    return [
-        MessageLogEntry(
-            r[0],
-            r[1],
-            r[2],
-            r[3],
-            r[4],
-            r[5],
-            r[6],
-            r[7],
-            json.loads(r[8]),
-            r[9],
-            json.loads(r[10]),
-            r[11],
-        )
-        for r in rows
-    ]
+    return [_log_entry(r) for r in rows]

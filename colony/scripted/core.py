@@ -230,29 +230,41 @@ class ScriptedServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
+    @classmethod
+    async def _read_request(
+        cls, conn: h11.Connection, reader: asyncio.StreamReader
+    ) -> tuple[str, str, dict[str, str], bytes] | None:
+        """The next request as ``(method, target, headers, body)``; None once the client left.
+        Repeated headers are joined with ``", "``, names lower-cased."""
+        event = await cls._next_event(conn, reader)
+        if isinstance(event, h11.ConnectionClosed):
+            return None
+        if not isinstance(event, h11.Request):
+            raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}")
+        chunks: list[bytes] = []
+        while True:
+            part = await cls._next_event(conn, reader)
+            if isinstance(part, h11.Data):
+                chunks.append(bytes(part.data))
+            elif isinstance(part, h11.EndOfMessage):
+                break
+            else:  # ConnectionClosed mid-body
+                return None
+        headers: dict[str, str] = {}
+        for name, value in event.headers:
+            key, text = name.decode("latin-1").lower(), value.decode("latin-1")
+            headers[key] = f"{headers[key]}, {text}" if key in headers else text
+        method, target = event.method.decode("latin-1"), event.target.decode("latin-1")
+        return method, target, headers, b"".join(chunks)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = h11.Connection(h11.SERVER)
         while True:
-            event = await self._next_event(conn, reader)
-            if isinstance(event, h11.ConnectionClosed):
+            request = await self._read_request(conn, reader)
+            if request is None:
                 return
-            if not isinstance(event, h11.Request):
-                raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}")
-            chunks: list[bytes] = []
-            while True:
-                part = await self._next_event(conn, reader)
-                if isinstance(part, h11.Data):
-                    chunks.append(bytes(part.data))
-                elif isinstance(part, h11.EndOfMessage):
-                    break
-                else:  # ConnectionClosed mid-body
-                    return
-            headers: dict[str, str] = {}
-            for name, value in event.headers:
-                key, text = name.decode("latin-1").lower(), value.decode("latin-1")
-                headers[key] = f"{headers[key]}, {text}" if key in headers else text
-            path = event.target.decode("latin-1").split("?", 1)[0]
-            answer = self._dispatch(event.method.decode("latin-1"), path, headers, b"".join(chunks))
+            method, target, headers, body = request
+            answer = self._dispatch(method, target.split("?", 1)[0], headers, body)
             while isinstance(answer, Delay):
                 if not await self._wait_unless_gone(conn, reader, answer.seconds):
                     return

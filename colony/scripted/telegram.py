@@ -257,32 +257,11 @@ class ScriptedTelegram(ScriptedServer):
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = h11.Connection(h11.SERVER)
         while True:
-            event = await self._next_event(conn, reader)
-            if isinstance(event, h11.ConnectionClosed):
+            request = await self._read_request(conn, reader)
+            if request is None:
                 return
-            if not isinstance(event, h11.Request):
-                raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}")
-            chunks: list[bytes] = []
-            while True:
-                part = await self._next_event(conn, reader)
-                if isinstance(part, h11.Data):
-                    chunks.append(bytes(part.data))
-                elif isinstance(part, h11.EndOfMessage):
-                    break
-                else:  # ConnectionClosed mid-body
-                    return
-            headers = {
-                name.decode("latin-1").lower(): value.decode("latin-1")
-                for name, value in event.headers
-            }
-            response = await self._answer(
-                event.method.decode("latin-1"),
-                event.target.decode("latin-1"),
-                headers,
-                b"".join(chunks),
-                conn,
-                reader,
-            )
+            method, target, headers, body = request
+            response = await self._answer(method, target, headers, body, conn, reader)
             if response is None:
                 return  # the client left while its long poll was held
             await self._send(conn, writer, response)
