@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench install clean
+.PHONY: run test lint bench install clean pictures
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/python -m colony.demo
+	$(BIN)/meclaw demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -31,6 +31,15 @@ bench: $(STAMP)
 	$(BIN)/python bench/routing.py
 	$(BIN)/python bench/code_cell.py
 	$(BIN)/python bench/store.py
+
+# Each shipped topology's picture: graph.dot (pinned by a test) and graph.svg (drawn by
+# graphviz-pure, a self-contained Graphviz build installed here on demand).
+pictures: $(STAMP)
+	$(BIN)/python -m pip install --quiet 'graphviz-pure>=0.2'
+	for t in topologies/*/; do \
+	  $(BIN)/meclaw graph --root $$t > $$t/graph.dot && \
+	  $(BIN)/graphviz-pure -Tsvg $$t/graph.dot -o $$t/graph.svg; \
+	done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

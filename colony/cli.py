@@ -257,6 +257,14 @@ def replay(
     typer.echo(f"replayed #{letter_id} as message {body['message_id']} (trace {body['trace_id']})")
 
 
+@app.command("demo")
+def demo() -> None:
+    """Run the research bot offline: Telegram, the model and search are scripted on 127.0.0.1."""
+    from colony.demo import main as run_demo
+
+    raise typer.Exit(run_demo())
+
+
 @app.command("graph")
 def graph(
     root: Annotated[Path, typer.Option("--root", help="Colony root folder.")] = Path("."),
@@ -329,3 +337,7 @@ def main() -> None:
             "you ran.\n"
         )
         sys.exit(EXIT_INTERNAL)
+
+
+if __name__ == "__main__":
+    main()

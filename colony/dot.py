@@ -73,7 +73,7 @@ def to_dot(tree: ColonyTree) -> str:
             children.setdefault(parent(path), []).append(path)
     out = [
         "digraph colony {",
-        f"{_INDENT}rankdir=LR;",
+        f"{_INDENT}rankdir=TB;",
         f'{_INDENT}node [shape=box, fontname="Helvetica"];',
         f'{_INDENT}edge [fontname="Helvetica", fontsize=10];',
     ]

@@ -54,6 +54,7 @@ from colony.scripted.responses import (
     responses_refusal,
     responses_text,
 )
+from colony.scripted.search import ScriptedSearch
 from colony.scripted.telegram import (
     TELEGRAM_MAX_MESSAGE,
     ScriptedTelegram,
@@ -71,6 +72,7 @@ __all__ = [
     "ScriptedOllama",
     "ScriptedOpenAI",
     "ScriptedResponses",
+    "ScriptedSearch",
     "ScriptedServer",
     "ScriptedTelegram",
     "Status",
