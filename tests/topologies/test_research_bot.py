@@ -184,7 +184,11 @@ async def test_a_chat_question_is_researched_in_two_parallel_rounds_and_answered
         first, second, third = bot.model.requests
         assert roles(first) == ["system", "user"]
         assert first["messages"][1]["content"] == "What do sea otters use stones for?"
-        assert sorted(t["function"]["name"] for t in first["tools"]) == ["web_fetch", "web_search"]
+        assert sorted(t["function"]["name"] for t in first["tools"]) == [
+            "read_file",
+            "web_fetch",
+            "web_search",
+        ]
         assert roles(second) == ["system", "user", "assistant", "tool", "tool"]
         assert roles(third) == [
             "system",
