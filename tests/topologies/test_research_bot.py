@@ -104,7 +104,7 @@ class Bot:
             (turn_id,) = {r["turn_id"] for r in rows}
         return sorted(
             ((r["iter"], r["role"]) for r in rows if r["turn_id"] == turn_id),
-            key=lambda x: (x[0], ["user", "assistant", "tool", "answer"].index(x[1])),
+            key=lambda x: (x[0], ["user", "assistant", "tool", "summary", "answer"].index(x[1])),
         )
 
 
@@ -116,9 +116,12 @@ async def research_bot(
     reader: Mapping[str, Any] | None = None,
     collector: Mapping[str, Any] | None = None,
     dispatch: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    llm_base_url: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Bot]:
     """Boot the topology with all three scripted servers. ``script_for(search)`` builds the
-    model's script when it needs the search server's URLs."""
+    model's script when it needs the search server's URLs. ``env`` is merged over
+    :func:`research_env`; ``llm_base_url`` points llm cells (by path) at other servers."""
     async with ScriptedSearch() as search:
         items = list(script_for(search) if script_for is not None else script or [])
         async with (
@@ -128,8 +131,10 @@ async def research_bot(
             tmp = Path(tempfile.mkdtemp(prefix="research-bot-"))
             try:
                 tree = research_tree(tmp, reader=reader, collector=collector, dispatch=dispatch)
-                env = research_env(telegram, model, search)
-                async with ColonyHarness(tree, env=env, log_level="info") as colony:
+                full_env = {**research_env(telegram, model, search), **(env or {})}
+                async with ColonyHarness(
+                    tree, env=full_env, log_level="info", llm_base_url=llm_base_url
+                ) as colony:
                     yield Bot(colony, telegram, model, search)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)

@@ -10,6 +10,11 @@ Lanes in, told apart by the hop:
   select reply    (context.firing != "1")         -> complete? ask for the guarded update
   update receipt  rows_affected == 1              -> select again, this time as the firing one
   select reply    (context.firing == "1")         -> rebuild the thread and emit route "fire"
+                                                     (hop.summary_at: the newest summary's
+                                                     boundary, -1 for none)
+  insert receipt  (context.compacting == "1")     -> the compaction lane stored a summary row
+                                                     and holds this round's guard: select
+                                                     again as the firing one
 Everything else (a lost guard, an incomplete round, a store error) parks: it emits nothing.
 
 Completeness is by id: expected is the set of call ids in this iteration's assistant row(s),
@@ -24,6 +29,11 @@ Eviction (the rebuild only; rows are never changed). With the current iteration 
   * a result not carried is replaced by a stub on the same call id, naming the call id, the
     tool and the size, so the thread stays a valid provider conversation;
   * a duplicate result (same round, same call id) is carried once, the first one stored.
+
+Summaries (only written when the compaction lane is switched on): a row with role "summary"
+and iter b stands for every round up to b. The rebuild is then the user row, the newest
+summary, and only the rows with iter > b (the tail), eviction applying to the tail as above.
+Without a summary row the rebuild is the whole thread, exactly as before.
 """
 
 import json
@@ -97,8 +107,16 @@ def stub(result, tool, size, answered_in):
     return {"origin": "tool", "type": "tool_result", "id": result.get("id"), "text": text}
 
 
-def rebuild(rows):
-    rows = [r for r in rows if r["role"] in ROLE_ORDER]
+def newest_summary(rows):
+    summaries = [r for r in rows if r["role"] == "summary"]
+    return max(summaries, key=lambda r: r["iter"]) if summaries else None
+
+
+def rebuild(rows, summary=None):
+    boundary = summary["iter"] if summary else -1
+    rows = [
+        r for r in rows if r["role"] in ROLE_ORDER and (r["role"] == "user" or r["iter"] > boundary)
+    ]
     rows.sort(key=lambda r: (r["iter"], ROLE_ORDER[r["role"]]))
     tool_of = {}
     for r in rows:
@@ -113,8 +131,12 @@ def rebuild(rows):
                         tool_of[(r["iter"], t.get("id"))] = None
     thread = []
     answered = set()
+    pending = as_list(json.loads(summary["turn"])) if summary else []
     for r in rows:
         turn = json.loads(r["turn"])
+        if pending and r["role"] != "user":
+            thread.extend(pending)  # the summary goes right after the user row
+            pending = []
         if r["role"] == "tool":
             # One result per call of its round: a duplicate, or a result answering no call of
             # that round, would make the thread one the provider refuses.
@@ -129,7 +151,7 @@ def rebuild(rows):
                 thread.append(stub(turn, tool, size, r["iter"]))
                 continue
         thread.extend(as_list(turn))
-    return thread
+    return thread + pending
 
 
 out = []
@@ -142,14 +164,17 @@ elif route == "c_res":
 elif hop.get("error_code") or hop.get("finish_reason") == "error":
     pass  # a store refusal: nothing to decide on
 elif operation == "insert":
-    out.append(select_turn())
+    out.append(select_turn(firing=context.get("compacting") == "1"))
 elif operation == "update":
     if hop.get("rows_affected") == 1:
         out.append(select_turn(firing=True))
 elif operation == "select":
     rows = json.loads(turns[0].get("text") or "[]") if turns else []
     if context.get("firing") == "1":
-        out.append({"header": {"route": "fire"}, "messages": rebuild(rows)})
-    elif complete(rows):
+        summary = newest_summary(rows)
+        boundary = summary["iter"] if summary else -1
+        header = {"route": "fire", "summary_at": boundary}
+        out.append({"header": header, "messages": rebuild(rows, summary)})
+    elif context.get("compacting") != "1" and complete(rows):
         out.append(guarded_update())
 print(json.dumps(out))
