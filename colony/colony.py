@@ -13,6 +13,7 @@ and log lines.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -52,6 +53,7 @@ from colony.routing import (
 )
 from colony.runner import CellRunner
 from colony.ubf import body_problem
+from colony.watchdog import WaitGraph, Watchdog
 
 EXTERNAL = "@external"
 """``from_path`` of message-log rows for messages born outside the colony."""
@@ -104,10 +106,15 @@ class Colony:
         self.dead_lettered = 0
         self.egress: Callable[[Envelope], Awaitable[None]] | None = None
         """Direct mode: where a message goes that finds no out-edge at the root hive."""
+        self.on_fatal: Callable[[str], None] | None = None
+        """Set by the daemon: a watchdog trip under ``watchdog_on_trip: "exit"`` calls it."""
+        self.waits = WaitGraph()
+        """Deliveries waiting for room in a full mailbox, for the watchdog."""
         self._pending = 0
         self._idle = asyncio.Event()
         self._idle.set()
         self._started = False
+        self._watchdog: asyncio.Task[None] | None = None
 
     # -- building -----------------------------------------------------------------------------
 
@@ -204,6 +211,15 @@ class Colony:
         for runner in self.runners.values():
             runner.start()
         self._started = True
+        self.watchdog = Watchdog(
+            self.waits,
+            self._mailbox_progress,
+            period_s=self.config.watchdog_period_ms / 1000,
+            threshold=self.config.watchdog_threshold,
+            log=self.log,
+            on_trip=self._trip if self.config.watchdog_on_trip == "exit" else None,
+        )
+        self._watchdog = asyncio.create_task(self.watchdog.run(), name="watchdog")
         self.log.info(
             "colony_started",
             root=str(self.root),
@@ -216,12 +232,27 @@ class Colony:
         """Stop every cell and commit what the writer holds. Queued messages are dropped with
         a log line naming how many (delivery is at-most-once)."""
         queued = sum(r.mailbox.qsize() for r in self.runners.values())
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog
         for runner in self.runners.values():
             await runner.stop()
         if queued:
             self.log.warning("shutdown_dropped_messages", queued=queued)
         await self.db.flush()
         self.log.info("colony_stopped", decisions=self.decisions, dead_letters=self.dead_lettered)
+
+    def _mailbox_progress(self, path: str) -> tuple[int, int]:
+        runner = self.runners.get(path)
+        if runner is None:
+            return (0, 0)
+        stats = runner.mailbox.statistics()
+        return (stats.delivered, stats.queued)
+
+    def _trip(self, detail: str) -> None:
+        if self.on_fatal is not None:
+            self.on_fatal(detail)
 
     # -- accounting for settle() ----------------------------------------------------------------
 

@@ -84,6 +84,14 @@ async def run(
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, stop.set)
+            tripped: list[str] = []
+
+            def trip(detail: str) -> None:
+                _say(f"watchdog trip — {detail}; stopping (watchdog_on_trip: exit)")
+                tripped.append(detail)
+                stop.set()
+
+            colony.on_fatal = trip
             await colony.start()
             server = None
             chat = ChatRoute()
@@ -120,7 +128,7 @@ async def run(
                 await server.cleanup()
             await chat.close()
             await colony.stop()
-            return EXIT_OK
+            return EXIT_FAILED if tripped else EXIT_OK
         finally:
             db.close()
             await close_shared_resources()

@@ -28,6 +28,7 @@ from colony.contracts import ConsumesGate
 from colony.dead_letters import DeadLetterCode
 from colony.envelope import Envelope, JsonObject
 from colony.mailbox import Mailbox
+from colony.watchdog import WaitGraph
 
 
 class CellState(StrEnum):
@@ -48,6 +49,7 @@ class Host(Protocol):
 
     config: ColonyConfig
     log: Any
+    waits: WaitGraph
 
     async def route_outputs(
         self, runner: CellRunner, message: Envelope | None, outputs: Sequence[Output]
@@ -154,6 +156,10 @@ class CellRunner:
                 detail="the target mailbox is full; this delivery waits until the cell takes "
                 "a message (raise cell.mailbox_size or colony.json mailbox_default_capacity)",
             )
+            self.host.message_queued()
+            with self.host.waits.waiting(sender, self.path):  # the watchdog sees who waits
+                await self.mailbox.put(message)
+            return
         self.host.message_queued()
         await self.mailbox.put(message)
 
