@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench install clean pictures
+.PHONY: run test lint bench soak install clean pictures
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ bench: $(STAMP)
 	$(BIN)/python bench/routing.py
 	$(BIN)/python bench/code_cell.py
 	$(BIN)/python bench/store.py
+	$(BIN)/python bench/load.py
+
+# The long variants: 1,000 concurrent conversations (a few minutes on 2 cores).
+soak: $(STAMP)
+	$(BIN)/python bench/load.py --conversations 1000
 
 # Each shipped topology's picture: graph.dot (pinned by a test) and graph.svg (drawn by
 # graphviz-pure, a self-contained Graphviz build installed here on demand).

@@ -57,9 +57,14 @@ def parse_env_file(text: str) -> dict[str, str]:
 def load_env_file(path: Path) -> dict[str, str]:
     """The variables of ``path``; a file that does not exist holds none."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         return {}
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise EnvFileError(line, "not UTF-8 text; save the file as UTF-8") from None
     return parse_env_file(text)
 
 

@@ -26,7 +26,7 @@ import contextlib
 import ipaddress
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, ClassVar, Self, TypeAlias
@@ -102,10 +102,22 @@ class ScriptedServer:
     endpoint: ClassVar[str] = "/"
     """The scripted endpoint, relative to :attr:`base_path`."""
 
-    def __init__(self, script: Sequence[ScriptItem], *, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        script: Sequence[ScriptItem],
+        *,
+        host: str = "127.0.0.1",
+        responder: Callable[[Any], ScriptItem] | None = None,
+        keep_requests: bool = True,
+    ) -> None:
         if not ipaddress.ip_address(host).is_loopback:
             raise ValueError(f"scripted servers bind loopback addresses only, not {host!r}")
         self._script = list(script)
+        self.responder = responder
+        """When set, answers each accepted request body instead of the script: a load test's
+        many conversations each get the answer their own request calls for."""
+        self.keep_requests = keep_requests
+        """False: :attr:`requests` and :attr:`headers` stay empty (long runs, memory bounds)."""
         self._host = host
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
@@ -202,11 +214,15 @@ class ScriptedServer:
             return self._json(
                 400, self.error_body(400, "request body is not valid JSON", "invalid_request_error")
             )
-        self.requests.append(body)
-        self.headers.append(headers)
+        if self.keep_requests:
+            self.requests.append(body)
+            self.headers.append(headers)
         refusal = self.validate(body)
         if refusal is not None:
             return refusal
+        if self.responder is not None:
+            self.served += 1
+            return self.responder(body)
         item = self._next_item()
         if item is None:
             return self._json(500, self.error_body(500, "the script is empty"))
