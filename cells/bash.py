@@ -1,7 +1,8 @@
 """The ``bash`` cell: one ``/bin/sh -c <command>`` per tool call.
 
 Stateless: up to ``max_concurrency`` commands run at once, each in its own process group, with
-the daemon's environment and working directory and **no stdin** (``/dev/null``). The exit code
+the daemon's environment minus credential-looking variables, its working directory, CPU and
+memory limits (``ulimit``), and **no stdin** (``/dev/null``). The exit code
 is data: ``exit 7`` is an ordinary result with ``hop.exit_code: 7``. Only a command that cannot
 run (``invalid_input``, ``io_error``) or runs too long (``timeout``) is an error emission.
 
@@ -18,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
+import resource
 import signal
 import subprocess
 import time
@@ -28,6 +31,7 @@ from typing import Annotated, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cells.code.process import Limits, scrubbed_environ
 from colony.cell import CellClass, CellSpec, CellType, Emission, ParamProblem, pydantic_check
 from colony.envelope import Envelope, JsonObject
 
@@ -119,9 +123,18 @@ class BashParams(BaseModel):
     max_concurrency: Annotated[int, Field(ge=1)] = 4
     max_bytes: Annotated[int, Field(ge=1)] = 262_144
     """Visible cap on the reply text (stdout plus the stderr block)."""
+    cpu_seconds: Annotated[int, Field(ge=1)] | None = None
+    """CPU limit of one command (RLIMIT_CPU); default: the timeout, rounded up."""
+    memory_mb: Annotated[int, Field(ge=16)] | None = 2048
+    """Address-space limit of one command (RLIMIT_AS); null lifts it."""
     sandbox: dict[str, Any] | None = None
     """meclaw's process sandbox. Not available here: a block asking for ``trust:
     "restricted"`` makes every call fail closed (``io_error``); any other block is ignored."""
+
+    @property
+    def limits(self) -> Limits:
+        cpu = self.cpu_seconds or max(1, math.ceil(self.external_timeout_ms / 1000))
+        return Limits(cpu_seconds=cpu, address_space_mb=self.memory_mb)
 
     @property
     def restricted(self) -> bool:
@@ -191,7 +204,32 @@ class _TimedOut(Exception):
     pass
 
 
-async def _run(command: str, limit_s: float, cap: int) -> tuple[int, bytes, bytes, bool, bool]:
+def _below_hard(kind: int, value: int) -> int:
+    """``value``, lowered to this process's hard limit (which the shell inherits)."""
+    _soft, hard = resource.getrlimit(kind)
+    return value if hard == resource.RLIM_INFINITY else min(value, hard)
+
+
+def shell_argv(command: str, limits: Limits) -> list[str]:
+    """``/bin/sh -c <command>``, behind a shell that first sets ``limits`` on itself with
+    ``ulimit`` and then execs it: the limits hold from the first instruction of the command,
+    with no window for a child forked before they were set."""
+    setup = []
+    if limits.cpu_seconds is not None:
+        setup.append("ulimit -c 0")  # SIGXCPU dumps core by default
+        setup.append(f"ulimit -t {_below_hard(resource.RLIMIT_CPU, limits.cpu_seconds)}")
+    if limits.address_space_mb is not None:
+        size = _below_hard(resource.RLIMIT_AS, limits.address_space_mb * 1024 * 1024)
+        setup.append(f"ulimit -v {size // 1024}")
+    if not setup:
+        return ["/bin/sh", "-c", command]
+    wrapper = " && ".join([*setup, 'exec /bin/sh -c "$1"'])
+    return ["/bin/sh", "-c", wrapper, "/bin/sh", command]
+
+
+async def _run(
+    command: str, limit_s: float, cap: int, limits: Limits
+) -> tuple[int, bytes, bytes, bool, bool]:
     """``(exit_code, stdout, stderr, stdout_cut, stderr_cut)``. Raises OSError when the shell
     cannot start, :class:`_TimedOut` (after killing the process group) when ``limit_s`` seconds
     elapse."""
@@ -199,12 +237,11 @@ async def _run(command: str, limit_s: float, cap: int) -> tuple[int, bytes, byte
     done: asyncio.Future[None] = loop.create_future()
     transport, collector = await loop.subprocess_exec(
         lambda: _Collector(cap, done),
-        "/bin/sh",
-        "-c",
-        command,
+        *shell_argv(command, limits),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        env=scrubbed_environ(),
         start_new_session=True,
     )
     timed_out = False
@@ -300,7 +337,7 @@ class BashCell:
             )
         try:
             exit_code, out, err, out_cut, err_cut = await _run(
-                command, p.external_timeout_ms / 1000, p.max_bytes
+                command, p.external_timeout_ms / 1000, p.max_bytes, p.limits
             )
         except _TimedOut:
             return _error(

@@ -13,8 +13,10 @@ the file system around the base:
    exists, and the result must lie under the resolved base. A symlink pointing out is refused
    whether or not its target exists.
 
-The checked path is then opened with ``O_NOFOLLOW``, so swapping the last component for a
-symlink between the check and the open fails instead of escaping.
+The checked path is then opened one component at a time from the base, each with
+``O_NOFOLLOW`` relative to the folder before it, so swapping any component — a folder in the
+middle as well as the last name — for a symlink between the check and the open fails instead of
+escaping.
 """
 
 from __future__ import annotations
@@ -213,9 +215,30 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _read(real: str, call: _Call) -> tuple[str, int]:
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_under(base: str, real: str, flags: int, mode: int = 0o666) -> int:
+    """Open ``real`` (a checked path under ``base``) one component at a time, never following
+    a link: a folder swapped for a link out between the check and the open fails (``ELOOP``
+    or ``ENOTDIR``) instead of being followed."""
+    parts = [p for p in os.path.relpath(real, base).split(os.sep) if p not in ("", ".")]
+    fd = os.open(base, _DIR_FLAGS)
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        if not parts:
+            return os.dup(fd) if flags & os.O_DIRECTORY else os.open(".", flags, dir_fd=fd)
+        return os.open(parts[-1], flags | os.O_NOFOLLOW, mode, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _read(base: str, real: str, call: _Call) -> tuple[str, int]:
     # O_NONBLOCK: opening a FIFO must not wait for a writer (a regular file ignores it)
-    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    fd = _open_under(base, real, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
@@ -239,7 +262,7 @@ def _read(real: str, call: _Call) -> tuple[str, int]:
         ) from None
 
 
-def _write(real: str, call: _Call) -> tuple[str, int]:
+def _write(base: str, real: str, call: _Call) -> tuple[str, int]:
     parent = os.path.dirname(real)
     shown = os.path.dirname(call.path.rstrip("/")) or "."
     if not os.path.exists(parent):
@@ -252,9 +275,9 @@ def _write(real: str, call: _Call) -> tuple[str, int]:
     if os.path.isdir(real):
         raise _Refused("not_a_file", f"{call.path} is a directory")
     data = (call.content or "").encode("utf-8", "surrogatepass")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
     try:
-        fd = os.open(real, flags, 0o666)
+        fd = _open_under(base, real, flags)
     except PermissionError:
         raise _Refused("io_error", f"write failed: permission denied ({call.path})") from None
     with os.fdopen(fd, "wb") as handle:
@@ -265,27 +288,39 @@ def _write(real: str, call: _Call) -> tuple[str, int]:
     return _dumps({"written": len(data)}), len(data)
 
 
-def _list(real: str, call: _Call) -> tuple[str, int]:
+def _list(base: str, real: str, call: _Call) -> tuple[str, int]:
     if not stat.S_ISDIR(os.stat(real).st_mode):
         raise _Refused("not_a_directory", f"{call.path} is not a directory")
     entries: list[JsonObject] = []
-    with os.scandir(real) as scan:
-        for entry in scan:
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue  # vanished or unreadable since the scan listed it
-            item: JsonObject = {"name": _lossy(entry.name), "kind": _kind(info.st_mode)}
-            if stat.S_ISREG(info.st_mode):
-                item["size"] = info.st_size
-            entries.append(item)
+    fd = _open_under(base, real, _DIR_FLAGS)
+    try:
+        with os.scandir(fd) as scan:
+            for entry in scan:
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue  # vanished or unreadable since the scan listed it
+                item: JsonObject = {"name": _lossy(entry.name), "kind": _kind(info.st_mode)}
+                if stat.S_ISREG(info.st_mode):
+                    item["size"] = info.st_size
+                entries.append(item)
+    finally:
+        os.close(fd)
     entries.sort(key=lambda item: item["name"])
     text = _dumps(entries)
     return text, len(text.encode())
 
 
-def _stat(real: str, call: _Call) -> tuple[str, int]:
-    info = os.lstat(real)
+def _stat(base: str, real: str, call: _Call) -> tuple[str, int]:
+    parent, name = os.path.split(real)
+    if real == base or not name:
+        info = os.lstat(real)
+    else:
+        fd = _open_under(base, parent, _DIR_FLAGS)
+        try:
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        finally:
+            os.close(fd)
     is_file = stat.S_ISREG(info.st_mode)
     text = _dumps(
         {
@@ -308,7 +343,7 @@ _RUN = {"read": _read, "write": _write, "list": _list, "stat": _stat}
 def _perform(base: str, call: _Call) -> tuple[str, int]:
     real = _resolve(base, call.path, for_write=call.op == "write")
     try:
-        return _RUN[call.op](real, call)
+        return _RUN[call.op](base, real, call)
     except OSError as exc:
         raise _failure(exc, call.path) from None
 

@@ -8,6 +8,7 @@ token (``--api-token-env VAR``), checked on every route but ``/health``.
 
 from __future__ import annotations
 
+import hmac
 import json
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -59,9 +60,12 @@ def _int_query(request: web.Request, name: str) -> int | None:
     if raw is None:
         return None
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         raise ApiError(400, "bad_query", f"{name} must be a whole number, got {raw!r}") from None
+    if not -(2**63) <= value < 2**63:  # what SQLite can compare against
+        raise ApiError(400, "bad_query", f"{name} is out of range: {raw!r} needs 64 bits or fewer")
+    return value
 
 
 def _uuid_query(request: web.Request, name: str) -> str | None:
@@ -289,6 +293,12 @@ class Api:
         return web.json_response({"error": "deferred"}, status=501)
 
 
+def _authorized(request: web.Request, token: str) -> bool:
+    """``Authorization: Bearer <token>``, compared in constant time (no timing oracle)."""
+    sent = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+    return hmac.compare_digest(sent, f"Bearer {token}".encode("utf-8", "surrogateescape"))
+
+
 def build_app(
     colony: Colony,
     *,
@@ -301,8 +311,7 @@ def build_app(
 
     @web.middleware
     async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-        authorized = request.headers.get("Authorization") == f"Bearer {token}"
-        if token is not None and request.path != "/health" and not authorized:
+        if token is not None and request.path != "/health" and not _authorized(request, token):
             return error_response(401, "unauthorized", "send Authorization: Bearer <token>")
         try:
             return await handler(request)

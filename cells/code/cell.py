@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -88,7 +89,11 @@ class CodeCell:
                 max_stdout_bytes=p.max_output_bytes,
             )
         return await run_spawned(
-            self._argv, stdin, timeout=p.timeout, max_stdout_bytes=p.max_output_bytes
+            self._argv,
+            stdin,
+            timeout=p.timeout,
+            max_stdout_bytes=p.max_output_bytes,
+            limits=self.limits,
         )
 
     async def handle(self, message: Envelope) -> list[Emission]:
@@ -122,6 +127,8 @@ class CodeCell:
         stderr_text = result.stderr.decode("utf-8", "replace")
         if result.exit_code != 0:
             text = stdout.decode("utf-8", "replace")
+            if result.term_signal == signal.SIGXCPU:
+                text = f"the script hit its CPU limit ({self.limits.cpu_seconds} s). " + text
             if stderr_text:
                 text += _STDERR_START + stderr_text + _STDERR_END
             return [

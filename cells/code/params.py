@@ -38,9 +38,9 @@ class CodeParams(BaseModel):
     interpreter: str | None = None
     """The Python used for python3 scripts (default: ``python3`` on PATH)."""
     cpu_seconds: Annotated[int, Field(ge=1)] | None = None
-    """CPU limit of one run (fork isolation); default: the timeout, rounded up."""
+    """CPU limit of one run (RLIMIT_CPU); default: the timeout, rounded up."""
     memory_mb: Annotated[int, Field(ge=16)] | None = 2048
-    """Address-space limit of one run (fork isolation); null lifts it."""
+    """Address-space limit of one run (RLIMIT_AS); null lifts it."""
     max_output_bytes: Annotated[int, Field(ge=1)] = 4 * 1024 * 1024
     """A script that prints more is stopped: ``invalid_json``."""
     sandbox: Any = None

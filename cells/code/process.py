@@ -60,6 +60,24 @@ _DRAIN_GRACE = 0.5  # after a timeout: how long a process outside the group may 
 _CLOSE_GRACE = 2.0  # how long a closed zygote gets to kill its jobs and exit by itself
 
 
+_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "APIKEY", "API_KEY")
+_SECRET_ENDINGS = ("_KEY", "_AUTH", "_PAT", "_DSN")
+
+
+def looks_secret_variable(name: str) -> bool:
+    """An environment variable that probably holds a credential (``OPENAI_API_KEY``,
+    ``TELEGRAM_BOT_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``PGPASSWORD``…)."""
+    upper = name.upper()
+    return any(word in upper for word in _SECRET_WORDS) or upper.endswith(_SECRET_ENDINGS)
+
+
+def scrubbed_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The daemon's environment minus every variable that looks like a credential: what
+    scripts and shell commands get, so the daemon's own keys are not theirs to read."""
+    source = os.environ if environ is None else environ
+    return {k: v for k, v in source.items() if not looks_secret_variable(k)}
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Kernel resource limits for one job.
@@ -401,7 +419,7 @@ async def run_spawned(
             stdout=pipes.child[1],
             stderr=pipes.child[2],
             cwd=cwd,
-            env=env,
+            env=scrubbed_environ() if env is None else env,
             start_new_session=True,
         )
     except BaseException as exc:
@@ -785,6 +803,7 @@ class Zygote:
                 stdout=output_w,
                 stderr=output_w,
                 pass_fds=(theirs.fileno(),),
+                env=scrubbed_environ(),  # every forked script inherits the zygote's
                 start_new_session=True,  # the terminal's Ctrl-C is the daemon's to handle
             )
         except OSError as exc:
