@@ -10,9 +10,10 @@ printed on a line beginning ``answer:``, then the dead-letter count.
 
 Nothing is mocked inside the colony: the proxy long-polls, the planner posts HTTP, the searcher
 and reader fetch over sockets, the collector's store is a real SQLite file. The demo runs a copy
-of the tree with two settings changed, neither expressible through ``${VAR}`` (they are a boolean
-and integers): the reader may fetch pages on 127.0.0.1 (its private-network guard is on in the
-shipped tree) and the proxy's long poll is one second, so the demo stops at once.
+of the tree with the settings of :data:`OFFLINE` changed, none expressible through ``${VAR}``
+(they are booleans and integers): the readers may fetch pages on 127.0.0.1 (their
+private-network guard is on in the shipped tree) and the proxy's long poll is one second, so
+the demo stops at once.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -48,17 +50,28 @@ ANSWER = (
 )
 
 
-def demo_tree(dest: Path) -> Path:
-    """A copy of the topology with the two offline settings the module docstring names."""
+OFFLINE: dict[str, dict[str, Any]] = {
+    "reader": {"allow_private_networks": True},
+    "bulk_reader": {"allow_private_networks": True},
+    "proxy": {"long_poll_request_secs": 1, "long_poll_timeout_ms": 5000},
+}
+"""Params no ``${VAR}`` can give (a boolean, integers) for running against loopback servers."""
+
+
+def offline_tree(dest: Path, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Path:
+    """A copy of the topology under ``dest`` with :data:`OFFLINE` and then ``overrides`` (cell
+    name → params) merged into the cells' params; the demo and the topology's tests boot it."""
+    overrides = overrides or {}
     tree = dest / TOPOLOGY.name
     shutil.copytree(TOPOLOGY, tree, ignore=shutil.ignore_patterns(".env", "*.db*", "log.jsonl"))
-    for cell, params in (
-        ("reader", {"allow_private_networks": True}),
-        ("proxy", {"long_poll_request_secs": 1, "long_poll_timeout_ms": 5000}),
-    ):
+    for cell in OFFLINE.keys() | overrides.keys():
         config = tree / "main" / cell / "config.json"
         doc = json.loads(config.read_text(encoding="utf-8"))
-        doc["params"] = {**doc.get("params", {}), **params}
+        doc["params"] = {
+            **doc.get("params", {}),
+            **OFFLINE.get(cell, {}),
+            **overrides.get(cell, {}),
+        }
         config.write_text(json.dumps(doc, indent=2), encoding="utf-8")
     return tree
 
@@ -126,7 +139,7 @@ async def _run(scratch: Path, out: TextIO, timeout: float) -> int:  # noqa: ASYN
                 f"booting topologies/{TOPOLOGY.name} offline: Telegram, the model and search "
                 "are scripted servers on 127.0.0.1\n"
             )
-            tree = demo_tree(scratch)
+            tree = offline_tree(scratch)
             async with ColonyHarness(tree, env=env, log_level="info", workdir=scratch) as colony:
                 out.write(
                     f"\nchat {CHAT_ID} says: {QUESTION}\n\nrouting decisions as they happen:\n"

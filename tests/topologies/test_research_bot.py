@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from colony.demo import offline_tree
 from colony.scripted.core import ScriptedOpenAI, ScriptItem, error_status, text_reply
 from colony.scripted.core import tool_calls_reply as calls
 from colony.scripted.search import ScriptedSearch
@@ -37,12 +38,6 @@ OTTER_KELP = "/pages/sea-otter-kelp.html"
 # -- booting the topology ----------------------------------------------------------------------
 
 
-def _patch(config: Path, params: Mapping[str, Any]) -> None:
-    doc = json.loads(config.read_text(encoding="utf-8"))
-    doc["params"].update(params)
-    config.write_text(json.dumps(doc, indent=2), encoding="utf-8")
-
-
 def research_tree(
     dest: Path,
     *,
@@ -50,22 +45,11 @@ def research_tree(
     collector: Mapping[str, Any] | None = None,
     dispatch: Mapping[str, Any] | None = None,
 ) -> Path:
-    """A copy of the topology under ``dest`` with test settings: the reader may reach loopback
-    (``allow_private_networks``, a boolean the env cannot give) and the proxy long-polls for 1 s,
-    so shutdown never waits on a held poll. ``reader``/``collector``/``dispatch`` params are
-    merged in."""
-    tree = dest / "telegram-research"
-    shutil.copytree(TOPOLOGY, tree, ignore=shutil.ignore_patterns(".env", "cell.db*", "*.db"))
-    main = tree / "main"
-    _patch(main / "reader" / "config.json", {"allow_private_networks": True, **(reader or {})})
-    _patch(
-        main / "proxy" / "config.json", {"long_poll_request_secs": 1, "long_poll_timeout_ms": 5000}
-    )
-    if collector:
-        _patch(main / "collector" / "config.json", collector)
-    if dispatch:
-        _patch(main / "dispatch" / "config.json", dispatch)
-    return tree
+    """The demo's offline copy of the topology (:func:`colony.demo.offline_tree`: the readers
+    may reach loopback, the proxy long-polls for 1 s), with ``reader``/``collector``/
+    ``dispatch`` params merged in."""
+    overrides = {"reader": reader, "collector": collector, "dispatch": dispatch}
+    return offline_tree(dest, {cell: params for cell, params in overrides.items() if params})
 
 
 def research_env(

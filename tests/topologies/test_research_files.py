@@ -20,7 +20,6 @@ from colony.scripted.telegram import ScriptedTelegram
 from colony.testing import ColonyHarness
 from tests.topologies.test_research_bot import (
     CHAT,
-    _patch,
     research_env,
     research_tree,
     tool_contents,
@@ -53,9 +52,6 @@ async def bot_with_files(script: Sequence[ScriptItem]) -> AsyncIterator[Run]:
             tmp = Path(tempfile.mkdtemp(prefix="research-files-"))
             try:
                 tree = research_tree(tmp)
-                _patch(
-                    tree / "main" / "bulk_reader" / "config.json", {"allow_private_networks": True}
-                )
                 files = tmp / "files"
                 files.mkdir()
                 env = {**research_env(telegram, model, search), "RESEARCH_FILES_DIR": str(files)}
