@@ -289,11 +289,12 @@ def _write(base: str, real: str, call: _Call) -> tuple[str, int]:
 
 
 def _list(base: str, real: str, call: _Call) -> tuple[str, int]:
-    if not stat.S_ISDIR(os.stat(real).st_mode):
-        raise _Refused("not_a_directory", f"{call.path} is not a directory")
     entries: list[JsonObject] = []
-    fd = _open_under(base, real, _DIR_FLAGS)
+    # Not O_DIRECTORY: a file must answer not_a_directory, not ENOTDIR's "a parent of …".
+    fd = _open_under(base, real, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise _Refused("not_a_directory", f"{call.path} is not a directory")
         with os.scandir(fd) as scan:
             for entry in scan:
                 try:
