@@ -32,6 +32,7 @@ from typing import Annotated, Any, cast
 from pydantic import BaseModel, ConfigDict, Field
 
 from cells.code.process import Limits, scrubbed_environ
+from cells.text import cut_visibly, utf8_len
 from colony.cell import CellClass, CellSpec, CellType, Emission, ParamProblem, pydantic_check
 from colony.envelope import Envelope, JsonObject
 
@@ -42,7 +43,6 @@ __all__ = [
     "ToolCallError",
     "parse_tool_call",
     "tool_result",
-    "visible_cut",
 ]
 
 COMMAND_LIMIT = 131_072
@@ -100,16 +100,6 @@ def tool_result(text: str, call_id: str | None) -> JsonObject:
     """One ``tool_result`` turn. A call without an id is answered on ``id: ""``: UBF requires
     an id on every tool_result, and an emission without one would be dead-lettered."""
     return {"origin": "tool", "type": "tool_result", "text": text, "id": call_id or ""}
-
-
-def visible_cut(text: str, max_bytes: int) -> tuple[str, int, bool]:
-    """``(text, bytes, truncated)``: past ``max_bytes`` UTF-8 bytes, the text is cut at the
-    last whole character within the limit and ``… [truncated, N bytes total]`` appended."""
-    data = text.encode("utf-8", "surrogatepass")
-    if len(data) <= max_bytes:
-        return text, len(data), False
-    kept = data[:max_bytes].decode("utf-8", "ignore")
-    return f"{kept}… [truncated, {len(data)} bytes total]", len(data), True
 
 
 # -- params -----------------------------------------------------------------------------------
@@ -352,7 +342,8 @@ class BashCell:
         stdout = _decode(out, out_cut)
         stderr = _decode(err, err_cut)
         text = stdout + _STDERR_START + stderr + _STDERR_END if stderr else stdout
-        shown, size, truncated = visible_cut(text, p.max_bytes)
+        shown, truncated = cut_visibly(text, p.max_bytes)
+        size = utf8_len(text)
         header: JsonObject = {
             "operation": "bash",
             "exit_code": exit_code,

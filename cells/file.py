@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import errno
-import json
 import os
 import stat
 import time
@@ -36,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from cells.bash import ToolCallError, parse_tool_call, tool_result
+from cells.text import dumps_sorted
 from colony.cell import CellClass, CellSpec, CellType, Emission, ParamProblem, pydantic_check
 from colony.envelope import Envelope, JsonObject
 
@@ -211,10 +211,6 @@ def _kind(mode: int) -> str:
     return "other"
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -285,7 +281,7 @@ def _write(base: str, real: str, call: _Call) -> tuple[str, int]:
             raise _Refused("not_a_file", f"{call.path} is not a regular file")
         handle.truncate()
         handle.write(data)
-    return _dumps({"written": len(data)}), len(data)
+    return dumps_sorted({"written": len(data)}), len(data)
 
 
 def _list(base: str, real: str, call: _Call) -> tuple[str, int]:
@@ -308,7 +304,7 @@ def _list(base: str, real: str, call: _Call) -> tuple[str, int]:
     finally:
         os.close(fd)
     entries.sort(key=lambda item: item["name"])
-    text = _dumps(entries)
+    text = dumps_sorted(entries)
     return text, len(text.encode())
 
 
@@ -323,7 +319,7 @@ def _stat(base: str, real: str, call: _Call) -> tuple[str, int]:
         finally:
             os.close(fd)
     is_file = stat.S_ISREG(info.st_mode)
-    text = _dumps(
+    text = dumps_sorted(
         {
             "kind": _kind(info.st_mode),
             "size": info.st_size if is_file else None,

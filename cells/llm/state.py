@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from cells.llm.system import JsonObject, SystemWrite
+from cells.text import dumps_sorted
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS system (slot_path TEXT PRIMARY KEY, value TEXT NOT NULL,
@@ -74,7 +75,7 @@ class LlmState:
             seed = folder / "seed" / "system.jsonl"
             if seed.is_file():
                 now = int(time.time())
-                rows = [(p, _dumps(v), now) for p, v in read_system_seed(seed).items()]
+                rows = [(p, dumps_sorted(v), now) for p, v in read_system_seed(seed).items()]
                 self.conn.execute("BEGIN")
                 self.conn.executemany("INSERT OR REPLACE INTO system VALUES (?, ?, ?)", rows)
                 self.conn.execute("COMMIT")
@@ -118,13 +119,13 @@ class LlmState:
                 "INSERT INTO system(slot_path, value, updated_at) VALUES (?, ?, ?) "
                 "ON CONFLICT(slot_path) DO UPDATE SET value = excluded.value, "
                 "updated_at = excluded.updated_at",
-                [(p, _dumps(v), now) for p, v in write.leaves.items()],
+                [(p, dumps_sorted(v), now) for p, v in write.leaves.items()],
             )
             if messages is not None:
                 conn.execute(
                     "INSERT OR REPLACE INTO last_input(id, message_json, received_at) "
                     "VALUES (1, ?, ?)",
-                    (_dumps(messages), now),
+                    (dumps_sorted(messages), now),
                 )
             conn.execute("COMMIT")
         except BaseException:
@@ -159,12 +160,8 @@ class LlmState:
         self.conn.executemany(
             "INSERT INTO params(key, value, updated_at) VALUES (?, ?, ?) ON CONFLICT(key) DO "
             "UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
-            [(k, _dumps(v), now) for k, v in update.items()],
+            [(k, dumps_sorted(v), now) for k, v in update.items()],
         )
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
 
 
 def _call_key(calls: list[str] | tuple[str, ...]) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 
 from cells.store.ops import WRITES, ArgsError, Plan, UnknownName, parse_call, plan
 from cells.store.params import SQL_TYPES, StoreParams, read_seed
+from cells.text import dumps_sorted
 from colony.cell import CellSpec, Emission
 from colony.envelope import Envelope, JsonObject
 from colony.paths import parent
@@ -28,10 +29,6 @@ from colony.paths import parent
 _PARAMS_TABLE = "store_params"
 _MUTABLE_PARAMS = ("query_timeout_ms",)
 _TYPE_BACK = {"INTEGER": "int", "TEXT": "text"}
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _read_back(value: Any) -> Any:
@@ -187,7 +184,7 @@ class StoreCell:
                     {name: _read_back(value) for name, value in zip(step.columns, row, strict=True)}
                     for row in cursor.fetchall()
                 ]
-                return len(rows), _dumps(rows)
+                return len(rows), dumps_sorted(rows)
             return cursor.rowcount, "null"
         finally:
             if self.query_timeout_ms:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cells.store.params import SQL_TYPES, identifier_problem
+from cells.text import dumps_sorted
 
 Schema = dict[str, dict[str, str]]
 
@@ -63,7 +64,7 @@ def bind(value: Any) -> Any:
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, dict | list):
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return dumps_sorted(value)
     return value
 
 

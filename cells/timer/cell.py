@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from cells.bash import ToolCallError, parse_tool_call, tool_result
+from cells.text import dumps_sorted
 from cells.timer.cron import CronError, CronExpr
 from colony.cell import CellContext, CellSpec, Emission
 from colony.envelope import Envelope, JsonObject
@@ -284,10 +285,6 @@ CREATE TABLE IF NOT EXISTS timer_params (
 """
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 @dataclass(frozen=True, slots=True)
 class Row:
     """One schedule as ``cell.db`` holds it."""
@@ -407,8 +404,8 @@ class TimerCell:
             op.cron,
             None if op.at is None else rfc3339(op.at, millis=True),
             op.emit_to,
-            _dumps(op.emit_body),
-            _dumps(op.emit_headers or {}),
+            dumps_sorted(op.emit_body),
+            dumps_sorted(op.emit_headers or {}),
         )
 
     def _insert(self, op: Op) -> None:
@@ -570,7 +567,7 @@ class TimerCell:
             return _op_error("query_timeout", detail, call_id, named, tool)
         if not tool:
             return None  # ops on the body's top level are not acknowledged
-        text = _dumps({"op": op.op, "schedule_id": op.schedule_id, "status": "ok"})
+        text = dumps_sorted({"op": op.op, "schedule_id": op.schedule_id, "status": "ok"})
         return {
             "header": {"msg_type": "timer_op_ack", "op": op.op, "schedule_id": op.schedule_id},
             "messages": [tool_result(text, call_id)],

@@ -1,5 +1,5 @@
-"""What every tool cell shares (cells.md §0.7): reading the call, cutting a long result
-visibly, and the two reply shapes.
+"""What the web tool cells share (cells.md §0.7): reading the call and the two reply shapes
+(the visible cut and the JSON they write live in :mod:`cells.text`).
 
 A tool cell answers one ``tool_call`` turn with one ``tool_result`` turn on the same id::
 
@@ -25,10 +25,6 @@ NO_ID = ""
 """The ``id`` of a reply whose call carried none, or could not be read. meclaw leaves ``id``
 out there, but a ``tool_result`` without one is not UBF and the colony dead-letters it; an empty
 id (what the ``code`` and ``store`` cells send) lets the error reach the caller."""
-
-TRUNCATION_MARKER = "… [truncated, {total} bytes total]"
-"""Appended to a visibly cut text: U+2026, a space, then the bracket; ``total`` is the byte
-length of the whole text."""
 
 
 class ToolFailure(Exception):
@@ -113,34 +109,6 @@ def lossy_utf8_prefix(data: bytes) -> str:
     """Like :func:`lossy_utf8` for the start of a longer stream: a character the end of
     ``data`` cuts through is left out rather than replaced."""
     return codecs.getincrementaldecoder("utf-8")("replace").decode(data, final=False)
-
-
-def utf8_len(text: str) -> int:
-    """The byte length of ``text`` in UTF-8."""
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
-def cut_visibly(text: str, max_bytes: int, *, total: int | None = None) -> tuple[str, bool]:
-    """``(shown, truncated)``: ``text`` when it fits in ``max_bytes`` UTF-8 bytes, else its
-    longest prefix that ends on a character boundary within ``max_bytes`` followed by
-    :data:`TRUNCATION_MARKER`. The result is longer than ``max_bytes`` by the marker.
-
-    ``total`` is the size the marker reports, when ``text`` is already only the start of
-    something larger (a download stopped early); it defaults to the size of ``text``.
-    """
-    encoded = text.encode("utf-8", "surrogatepass")
-    whole = len(encoded) if total is None else total
-    if len(encoded) <= max_bytes and whole <= max_bytes:
-        return text, False
-    # The encoded text is valid UTF-8, so the only bytes 'ignore' can drop are those of the
-    # one character the cut went through.
-    head = encoded[:max_bytes].decode("utf-8", "ignore")
-    return head + TRUNCATION_MARKER.format(total=whole), True
-
-
-def dumps_sorted(value: Any) -> str:
-    """Compact JSON with sorted keys, non-ASCII kept: what meclaw's serde_json writes."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def human_duration(ms: int) -> str:

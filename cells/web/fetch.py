@@ -36,9 +36,9 @@ from typing import Annotated, Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from cells.text import cut_visibly, utf8_len
 from cells.web.common import (
     ToolFailure,
-    cut_visibly,
     human_duration,
     lossy_utf8,
     lossy_utf8_prefix,
@@ -47,7 +47,6 @@ from cells.web.common import (
     string_arg,
     tool_error,
     tool_result,
-    utf8_len,
 )
 from cells.web.ssrf import (
     IpAddress,

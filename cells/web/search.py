@@ -22,10 +22,9 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from cells.text import cut_visibly, dumps_sorted, utf8_len
 from cells.web.common import (
     ToolFailure,
-    cut_visibly,
-    dumps_sorted,
     human_duration,
     loads_strict,
     lossy_utf8,
@@ -35,7 +34,6 @@ from cells.web.common import (
     string_arg,
     tool_error,
     tool_result,
-    utf8_len,
 )
 from colony.cell import CellSpec, Emission
 from colony.envelope import Envelope, JsonObject

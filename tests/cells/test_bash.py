@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from cells.bash import BASH, BashCell, ToolCallError, parse_tool_call, visible_cut
+from cells.bash import BASH, BashCell, ToolCallError, parse_tool_call
+from cells.text import cut_visibly, utf8_len
 from colony.cell import ParamProblem
 from colony.envelope import source_message
 from colony.testing import ColonyHarness, spec_for
@@ -274,6 +275,10 @@ def test_parse_tool_call_ignores_other_turns() -> None:
 
 
 def test_visible_cut_counts_utf8_bytes_and_marks_the_cut() -> None:
-    assert visible_cut("abc", 3) == ("abc", 3, False)
-    assert visible_cut("abcd", 3) == ("abc… [truncated, 4 bytes total]", 4, True)
-    assert visible_cut("€€", 4) == ("€… [truncated, 6 bytes total]", 6, True)
+    assert (*cut_visibly("abc", 3), utf8_len("abc")) == ("abc", False, 3)
+    assert (*cut_visibly("abcd", 3), utf8_len("abcd")) == (
+        "abc… [truncated, 4 bytes total]",
+        True,
+        4,
+    )
+    assert (*cut_visibly("€€", 4), utf8_len("€€")) == ("€… [truncated, 6 bytes total]", True, 6)

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from cells.text import TRUNCATION_MARKER
 from cells.web import WEB_FETCH
-from cells.web.common import TRUNCATION_MARKER
 from cells.web.fetch import WebFetchCell
 from colony.testing import ColonyHarness, spec_for
 from tests.cells.web import (

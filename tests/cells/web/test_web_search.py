@@ -12,8 +12,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from cells.text import TRUNCATION_MARKER
 from cells.web import WEB_SEARCH
-from cells.web.common import TRUNCATION_MARKER
 from cells.web.search import WebSearchCell, WebSearchParams, search_url, shape_results
 from colony.testing import ColonyHarness, spec_for
 from tests.cells.web import (
