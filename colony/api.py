@@ -154,8 +154,13 @@ class Api:
             ttl = self.colony.config.message_default_ttl
         elif isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_TTL:
             raise ApiError(422, "invalid_ttl", f"ttl must be a whole number in 1..{MAX_TTL}")
+        key = request.headers.get("Idempotency-Key")
+        if key is not None and not 1 <= len(key) <= 200:
+            raise ApiError(422, "invalid_idempotency_key", "Idempotency-Key must be 1..200 chars")
         message = source_message(target, doc["body"], ttl=ttl, context=context, hop=hop)
-        await self.colony.send(message)
+        taken = await self.colony.send(message, key=None if key is None else f"http:{key}")
+        if not taken:
+            return web.json_response({"duplicate": True, "idempotency_key": key}, status=200)
         return web.json_response(
             {"message_id": message.id, "trace_id": message.trace_id}, status=202
         )

@@ -86,8 +86,13 @@ class CellContext(Protocol):
 
     path: str
 
-    async def emit(self, content: JsonObject, target: str | None = None) -> None:
-        """Emit a source message (fresh trace, empty context, the default TTL)."""
+    async def emit(
+        self, content: JsonObject, target: str | None = None, *, key: str | None = None
+    ) -> None:
+        """Emit a source message (fresh trace, empty context, the default TTL). Returns once
+        it is journalled, so the caller may acknowledge its source. ``key`` (e.g. an update id
+        of the outside service) makes the emission idempotent: a key taken in before is
+        dropped."""
         ...
 
 

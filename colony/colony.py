@@ -15,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +36,7 @@ from colony.expressions import Engine, default_engine
 from colony.ids import uuid7
 from colony.mailbox import MemoryMailbox
 from colony.paths import is_colony_endpoint
-from colony.persist.db import ColonyDb
+from colony.persist.db import ColonyDb, PersistenceError, Unit
 from colony.routing import (
     Deliver,
     Endpoint,
@@ -57,6 +59,12 @@ from colony.watchdog import WaitGraph, Watchdog
 
 EXTERNAL = "@external"
 """``from_path`` of message-log rows for messages born outside the colony."""
+
+_UNIT: ContextVar[Unit | None] = ContextVar("colony_unit", default=None)
+"""The unit the current task routes into (at-least-once delivery only)."""
+
+_SAMPLE = 20
+"""Redelivered messages named one by one in the boot log line."""
 
 
 class BootError(ColonyError):
@@ -110,6 +118,10 @@ class Colony:
         """Set by the daemon: a watchdog trip under ``watchdog_on_trip: "exit"`` calls it."""
         self.waits = WaitGraph()
         """Deliveries waiting for room in a full mailbox, for the watchdog."""
+        self.at_least_once = config.delivery == "at_least_once"
+        """Mailboxes are journalled in ``colony.db`` (see :meth:`unit`)."""
+        self.redelivered = 0
+        """Messages taken back from the journal at boot."""
         self._pending = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -208,6 +220,7 @@ class Colony:
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._redeliver()
         for runner in self.runners.values():
             runner.start()
         self._started = True
@@ -229,8 +242,9 @@ class Colony:
         )
 
     async def stop(self) -> None:
-        """Stop every cell and commit what the writer holds. Queued messages are dropped with
-        a log line naming how many (delivery is at-most-once)."""
+        """Stop every cell and commit what the writer holds. Queued messages stay in the
+        journal for the next boot (at-least-once) or are dropped with a log line naming how
+        many (at-most-once)."""
         queued = sum(r.mailbox.qsize() for r in self.runners.values())
         if self._watchdog is not None:
             self._watchdog.cancel()
@@ -238,10 +252,69 @@ class Colony:
                 await self._watchdog
         for runner in self.runners.values():
             await runner.stop()
-        if queued:
+        if queued and self.at_least_once:
+            self.log.info(
+                "shutdown_kept_messages",
+                queued=queued,
+                detail="queued messages stay in the journal and are delivered at the next boot",
+            )
+        elif queued:
             self.log.warning("shutdown_dropped_messages", queued=queued)
         await self.db.flush()
         self.log.info("colony_stopped", decisions=self.decisions, dead_letters=self.dead_lettered)
+
+    def _redeliver(self) -> None:
+        """Put what the journal holds back into the mailboxes, oldest first, before any cell
+        runs, so per cell the order is the order of the first delivery."""
+        if not self.at_least_once:
+            return
+        entries = self.db.journal()
+        if not entries:
+            return
+        per_cell: Counter[str] = Counter()
+        gone = []
+        for entry in entries:
+            runner = self.runners.get(entry.cell)
+            if runner is None or not runner.active:
+                gone.append(entry)
+                code = (
+                    DeadLetterCode.UNRESOLVED_PATH
+                    if runner is None
+                    else (DeadLetterCode.CELL_INACTIVE)
+                )
+                self._dead(
+                    code,
+                    entry.sender,
+                    entry.message.target,
+                    entry.cell,
+                    entry.message,
+                    "the journal held this message for a cell that is no longer in the tree "
+                    "or no longer active",
+                )
+                continue
+            runner.mailbox.preload(entry.message)
+            self.message_queued()
+            per_cell[entry.cell] += 1
+        self.db.forget(gone)
+        self.redelivered = sum(per_cell.values())
+        self.log.warning(
+            "journal_redelivered",
+            messages=self.redelivered,
+            dead_lettered=len(gone),
+            cells=dict(per_cell),
+            traces=sorted({e.message.trace_id for e in entries})[:_SAMPLE],
+            sample=[
+                {
+                    "id": e.message.id,
+                    "cell": e.cell,
+                    "sender": e.sender,
+                    "trace_id": e.message.trace_id,
+                }
+                for e in entries[:_SAMPLE]
+            ],
+            detail="these messages were in flight when the daemon last stopped; each is "
+            "delivered again, in order per cell (at-least-once delivery)",
+        )
 
     def _mailbox_progress(self, path: str) -> tuple[int, int]:
         runner = self.runners.get(path)
@@ -280,18 +353,77 @@ class Colony:
 
     # -- ingress ------------------------------------------------------------------------------
 
-    async def send(self, message: Envelope, sender: str = "/") -> None:
-        """Route a message born outside the colony (HTTP, stdio, a test)."""
+    async def send(self, message: Envelope, sender: str = "/", *, key: str | None = None) -> bool:
+        """Route a message born outside the colony (HTTP, stdio, a test). Returns once the
+        message is journalled (at-least-once), so the caller may acknowledge it; False when
+        ``key`` was taken in before and the message was dropped as a duplicate."""
         self.message_queued()
         try:
-            await self.route(sender, message)
+            if not self.at_least_once:
+                await self.route(sender, message)
+                return True
+            async with self._open(None, key) as unit:
+                await self.route(sender, message)
+            return not unit.duplicate
         finally:
             self.message_done()
+
+    # -- the journal (at-least-once delivery) -------------------------------------------------
+
+    def unit(self, runner: CellRunner, message: Envelope) -> AbstractAsyncContextManager[Any]:
+        """The scope of handling ``message`` in ``runner``: what the handling routes is
+        committed with the message's removal from the journal, then delivered."""
+        if not self.at_least_once:
+            return contextlib.nullcontext()
+        return self._open((message.id, runner.path))
+
+    @contextlib.asynccontextmanager
+    async def _open(
+        self, ack: tuple[str, str] | None, key: str | None = None
+    ) -> AsyncIterator[Unit]:
+        unit = Unit(ack=ack, key=key)
+        token = _UNIT.set(unit)
+        try:
+            yield unit
+        finally:  # on an error or a cancel nothing is committed: the message stays journalled
+            unit.closed = True
+            _UNIT.reset(token)
+        if (
+            unit.ack is None
+            and unit.key is None
+            and not (unit.deliveries or unit.logs or unit.letters)
+        ):
+            return
+        try:
+            await self.db.commit(unit)
+        except PersistenceError as exc:
+            self.log.error(
+                "journal_write_failed",
+                error=str(exc),
+                detail="colony.db could not be written; the messages are delivered anyway but "
+                "would not survive a crash",
+            )
+        if unit.duplicate:
+            self.log.info("ingress_duplicate", key=key, detail="this key was taken in before")
+            return
+        for runner, message, sender in unit.deliveries:
+            await runner.deliver(message, sender)
+
+    def _sink(self) -> ColonyDb | Unit:
+        """Where this task's message-log rows and dead letters go: its unit, if any."""
+        unit = _UNIT.get()
+        return self.db if unit is None or unit.closed else unit
 
     # -- routing ------------------------------------------------------------------------------
 
     async def route(self, sender: str, message: Envelope) -> None:
         """Route one message and everything its transits and error replies cause."""
+        if self.at_least_once:
+            unit = _UNIT.get()
+            if unit is None or unit.closed:
+                async with self._open(None):
+                    await self.route(sender, message)
+                return
         work: deque[tuple[str, Envelope]] = deque(((sender, message),))
         while work:
             who, item = work.popleft()
@@ -307,6 +439,13 @@ class Colony:
             self.decisions += 1
             message.ttl = decision.ttl
             message.target = decision.resolved
+            unit = _UNIT.get()
+            if unit is not None and not unit.closed:  # delivered once committed
+                unit.deliveries.append((decision.cell, message, sender))
+                if self.log_messages:
+                    origin = EXTERNAL if message.parent_message_id is None else sender
+                    unit.log(message, origin, decision.resolved)
+                return
             await decision.cell.deliver(message, sender)
             if self.log_messages:
                 origin = EXTERNAL if message.parent_message_id is None else sender
@@ -317,7 +456,7 @@ class Colony:
             message.ttl = decision.ttl
             if self.log_messages:
                 origin = EXTERNAL if message.parent_message_id is None else sender
-                self.db.log(message, origin, decision.hive)
+                self._sink().log(message, origin, decision.hive)
             if decision.skipped:
                 self._log_skipped(decision.skipped, message)
             if decision.taken:
@@ -413,7 +552,7 @@ class Colony:
             "bounded restore_ttl edge",
         )
         self.dead_lettered += 1
-        self.db.dead_letter(
+        self._sink().dead_letter(
             DeadLetter(DeadLetterCode.TTL_EXPIRED, sender, message.target, message.target, message)
         )
         if self.config.ttl_notice and message.reply_to is not None:
@@ -429,7 +568,7 @@ class Colony:
         detail: str | None = None,
     ) -> None:
         self.dead_lettered += 1
-        self.db.dead_letter(DeadLetter(code, sender, original, resolved, message, detail))
+        self._sink().dead_letter(DeadLetter(code, sender, original, resolved, message, detail))
         self.log.warning(
             "dead_lettered",
             error_code=str(code),
@@ -462,9 +601,24 @@ class Colony:
     # -- what cells emit ----------------------------------------------------------------------
 
     async def route_outputs(
-        self, runner: CellRunner, message: Envelope | None, outputs: Sequence[Output]
+        self,
+        runner: CellRunner,
+        message: Envelope | None,
+        outputs: Sequence[Output],
+        *,
+        key: str | None = None,
     ) -> None:
-        """Route a cell's emissions, each to completion, in the order the cell made them."""
+        """Route a cell's emissions, each to completion, in the order the cell made them.
+
+        A long-running cell's own emissions (``message`` None) are one unit: this returns once
+        they are journalled, so the cell may then acknowledge its outside source; ``key``
+        drops an emission whose key was taken in before."""
+        if message is None and self.at_least_once:
+            unit = _UNIT.get()
+            if unit is None or unit.closed:
+                async with self._open(None, key):
+                    await self.route_outputs(runner, None, outputs)
+                return
         for output in outputs:
             if isinstance(output, Emission):
                 await self._route_emission(runner, message, output.content, output.target)

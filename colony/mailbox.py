@@ -9,6 +9,7 @@ memory streams measured 4x slower for this hand-off.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,15 +46,21 @@ class Mailbox(Protocol):
         """Take every queued message (used when a cell is retired)."""
         ...
 
+    def preload(self, message: Envelope) -> None:
+        """Queue a message ahead of every later ``put``, past the capacity: what the journal
+        gives back at boot, before any cell runs."""
+        ...
+
     def qsize(self) -> int: ...
 
     def statistics(self) -> MailboxStatistics: ...
 
 
 class MemoryMailbox:
-    """In-process mailbox: at-most-once, lost with the process (as in meclaw)."""
+    """In-process mailbox. Alone it is at-most-once, lost with the process (as in meclaw);
+    under at-least-once delivery the colony journals what enters it (see ``Colony.unit``)."""
 
-    __slots__ = ("_capacity", "_delivered", "_peak", "_queue")
+    __slots__ = ("_backlog", "_capacity", "_delivered", "_peak", "_queue")
 
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
@@ -62,6 +69,7 @@ class MemoryMailbox:
         self._queue: asyncio.Queue[Envelope] = asyncio.Queue(capacity)
         self._peak = 0
         self._delivered = 0
+        self._backlog: deque[Envelope] = deque()
 
     @property
     def capacity(self) -> int:
@@ -78,9 +86,13 @@ class MemoryMailbox:
             self._peak = size
 
     async def get(self) -> Envelope:
+        if self._backlog:
+            return self._backlog.popleft()
         return await self._queue.get()
 
     def get_nowait(self) -> Envelope | None:
+        if self._backlog:
+            return self._backlog.popleft()
         try:
             return self._queue.get_nowait()
         except asyncio.QueueEmpty:
@@ -94,8 +106,12 @@ class MemoryMailbox:
                 return out
             out.append(message)
 
+    def preload(self, message: Envelope) -> None:
+        self._backlog.append(message)
+        self._delivered += 1
+
     def qsize(self) -> int:
-        return self._queue.qsize()
+        return len(self._backlog) + self._queue.qsize()
 
     def statistics(self) -> MailboxStatistics:
-        return MailboxStatistics(self._capacity, self._queue.qsize(), self._peak, self._delivered)
+        return MailboxStatistics(self._capacity, self.qsize(), self._peak, self._delivered)

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import inspect
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -52,8 +53,18 @@ class Host(Protocol):
     waits: WaitGraph
 
     async def route_outputs(
-        self, runner: CellRunner, message: Envelope | None, outputs: Sequence[Output]
+        self,
+        runner: CellRunner,
+        message: Envelope | None,
+        outputs: Sequence[Output],
+        *,
+        key: str | None = None,
     ) -> None: ...
+
+    def unit(self, runner: CellRunner, message: Envelope) -> AbstractAsyncContextManager[Any]:
+        """Scope of handling one message: what it causes is committed with its removal from
+        the journal, then delivered (at-least-once; a no-op under at-most-once)."""
+        ...
 
     async def substrate_reply(
         self, runner: CellRunner, message: Envelope, code: DeadLetterCode, text: str
@@ -81,8 +92,12 @@ class _Context:
         self.path = runner.path
         self._runner = runner
 
-    async def emit(self, content: JsonObject, target: str | None = None) -> None:
-        await self._runner.host.route_outputs(self._runner, None, [Emission(content, target)])
+    async def emit(
+        self, content: JsonObject, target: str | None = None, *, key: str | None = None
+    ) -> None:
+        await self._runner.host.route_outputs(
+            self._runner, None, [Emission(content, target)], key=key
+        )
 
 
 def _seconds(ms: int | None) -> float | None:
@@ -286,13 +301,14 @@ class CellRunner:
         while True:
             message = await self.mailbox.get()
             try:
-                self.host.dead_letter_message(
-                    DeadLetterCode.CELL_INACTIVE,
-                    message.reply_to or self.path,
-                    message,
-                    self.path,
-                    "the cell has failed",
-                )
+                async with self.host.unit(self, message):
+                    self.host.dead_letter_message(
+                        DeadLetterCode.CELL_INACTIVE,
+                        message.reply_to or self.path,
+                        message,
+                        self.path,
+                        "the cell has failed",
+                    )
             finally:
                 self.host.message_done()
 
@@ -329,14 +345,15 @@ class CellRunner:
                 continue
             restart = False
             try:
-                if cell is None:
-                    try:
-                        cell = await self._make_cell()
-                        self._cell = cell
-                    except Exception as exc:
-                        restart = self._crashed(message, exc)
-                if cell is not None:
-                    restart = await self._process(cell, message)
+                async with self.host.unit(self, message):
+                    if cell is None:
+                        try:
+                            cell = await self._make_cell()
+                            self._cell = cell
+                        except Exception as exc:
+                            restart = self._crashed(message, exc)
+                    if cell is not None:
+                        restart = await self._process(cell, message)
             finally:
                 self.host.message_done()
             if restart:
@@ -373,9 +390,11 @@ class CellRunner:
 
     async def _work(self, cell: Cell, message: Envelope, slots: asyncio.Semaphore) -> None:
         try:
-            await self._process(cell, message)
-        except Exception as exc:  # routing failed: never let one message kill the dispatcher
-            self._crashed(message, exc)
+            async with self.host.unit(self, message):
+                try:
+                    await self._process(cell, message)
+                except Exception as exc:  # routing failed: never let one message kill the cell
+                    self._crashed(message, exc)
         finally:
             slots.release()
             self.host.message_done()
@@ -414,7 +433,8 @@ class CellRunner:
         while True:
             message = await self.mailbox.get()
             try:
-                restart = await self._process(cell, message)
+                async with self.host.unit(self, message):
+                    restart = await self._process(cell, message)
             finally:
                 self.host.message_done()
             if restart:

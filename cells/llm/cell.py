@@ -28,6 +28,7 @@ from cells.llm.system import GateError, PromptError, check_gate, parse_write, pr
 from cells.llm.transcript import MemoryStore, SqliteStore, TranscriptStore
 from cells.llm.transport import WireFailure, error_code_for, post
 from colony.cell import CellSpec, Emission
+from colony.crashpoints import crash_point
 from colony.envelope import Envelope, JsonObject
 
 
@@ -194,6 +195,7 @@ class LlmCell:
                 if failure.upstream:
                     extra["upstream_message"] = self._redact(failure.upstream)
                 raise _Failure(failure.code, "wire", failure.detail, **extra) from None
+            crash_point("llm.replied")
             latency = int((time.perf_counter() - begun) * 1000)
             error = dialect.in_body_error(answer)
             if error is not None:

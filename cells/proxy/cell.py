@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import sqlite3
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -174,7 +175,9 @@ class QueryTimeout(Exception):
 
 
 class _CellDb:
-    """``update_cursor(id=1, offset)`` and the runtime params overlay, one writer at a time."""
+    """``update_cursor(id=1, offset)``, the parts already sent (``sent_parts``, so a message
+    redelivered after a crash is not sent twice) and the runtime params overlay, one writer at
+    a time."""
 
     def __init__(self, folder: Path | None, query_timeout_ms: int) -> None:
         target = ":memory:" if folder is None else str(Path(folder) / "cell.db")
@@ -185,12 +188,21 @@ class _CellDb:
             timeout=query_timeout_ms / 1000,
         )
         self.lock = asyncio.Lock()
+        self.guard = threading.Lock()
+        """Held by the thread using the connection; close() takes it too."""
         try:
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.execute(
                 "CREATE TABLE IF NOT EXISTS update_cursor "
                 "(id INTEGER PRIMARY KEY CHECK (id = 1), offset INTEGER NOT NULL)"
+            )
+            self.conn.execute(
+                "CREATE TABLE IF NOT EXISTS sent_parts (message_id TEXT NOT NULL, "
+                "part INTEGER NOT NULL, at INTEGER NOT NULL, PRIMARY KEY (message_id, part))"
+            )
+            self.conn.execute(
+                "DELETE FROM sent_parts WHERE at < ?", (int(time.time()) - 7 * 24 * 3600,)
             )
             self.conn.execute(
                 "CREATE TABLE IF NOT EXISTS proxy_params "
@@ -210,8 +222,9 @@ class _CellDb:
 
     async def _call(self, work: Callable[[], None], timeout_ms: int) -> None:
         def run() -> None:
-            self.conn.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}")
-            work()
+            with self.guard:
+                self.conn.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}")
+                work()
 
         async with self.lock:
             try:
@@ -234,6 +247,28 @@ class _CellDb:
 
         await self._call(work, timeout_ms)
 
+    async def sent(self, message_id: str, timeout_ms: int) -> set[int]:
+        """Parts of this message Telegram has already accepted."""
+        parts: set[int] = set()
+
+        def work() -> None:
+            rows = self.conn.execute(
+                "SELECT part FROM sent_parts WHERE message_id = ?", (message_id,)
+            ).fetchall()
+            parts.update(int(r[0]) for r in rows)
+
+        await self._call(work, timeout_ms)
+        return parts
+
+    async def mark_sent(self, message_id: str, part: int, timeout_ms: int) -> None:
+        def work() -> None:
+            self.conn.execute(
+                "INSERT OR IGNORE INTO sent_parts (message_id, part, at) VALUES (?, ?, ?)",
+                (message_id, part, int(time.time())),
+            )
+
+        await self._call(work, timeout_ms)
+
     async def save_overlay(self, values: dict[str, Any], timeout_ms: int) -> None:
         now = int(time.time())
 
@@ -251,7 +286,9 @@ class _CellDb:
 
     async def close(self) -> None:
         async with self.lock:
-            self.conn.close()
+            # A cancelled _call releases ``lock`` while its thread still runs: wait for it.
+            with self.guard:
+                self.conn.close()
 
 
 # -- the cell ------------------------------------------------------------------------------------
@@ -323,6 +360,7 @@ class ProxyCell:
         self.log = spec.log
         self.token = birth.bot_token
         self.emit_to = birth.emit_to
+        self.at_least_once = spec.colony.delivery == "at_least_once"
         self._sleep: Sleep = sleep if sleep is not None else asyncio.sleep
         self.db = _CellDb(spec.folder, birth.query_timeout_ms)
         try:
@@ -429,11 +467,17 @@ class ProxyCell:
         await self._sleep(seconds)
 
     async def _deliver(self, ctx: CellContext, updates: tuple[Update, ...]) -> bool:
-        """Save the cursor past each update, then emit it; False when a save failed."""
+        """Take each update in and move the cursor past it; False when a save failed.
+
+        At-least-once delivery emits first (journalled, keyed by the update id) and then saves
+        the cursor: a crash in between fetches the update again and the key drops the copy.
+        At-most-once saves the cursor first, as meclaw does: a crash in between loses it."""
         for update in sorted(updates, key=lambda u: u.update_id):
             next_offset = update.update_id + 1
             if next_offset <= self.offset:
                 continue  # already handled (Telegram sent it again)
+            if self.at_least_once:
+                await self._emit(ctx, update)
             try:
                 await self.db.save_offset(next_offset, self.params.query_timeout_ms)
             except (QueryTimeout, sqlite3.Error) as exc:
@@ -446,15 +490,19 @@ class ProxyCell:
                 )
                 return False
             self.offset = next_offset
-            content = self._inbound(update)
-            if content is None:
-                self._log("debug", "proxy_update_skipped", update_id=update.update_id)
-                continue
-            try:
-                await ctx.emit(content, self.emit_to)
-            except Exception as exc:  # routing trouble must not stop the bot
-                self._log("error", "proxy_emit_failed", update_id=update.update_id, error=repr(exc))
+            if not self.at_least_once:
+                await self._emit(ctx, update)
         return True
+
+    async def _emit(self, ctx: CellContext, update: Update) -> None:
+        content = self._inbound(update)
+        if content is None:
+            self._log("debug", "proxy_update_skipped", update_id=update.update_id)
+            return
+        try:
+            await ctx.emit(content, self.emit_to, key=f"telegram:{self.path}:{update.update_id}")
+        except Exception as exc:  # routing trouble must not stop the bot
+            self._log("error", "proxy_emit_failed", update_id=update.update_id, error=repr(exc))
 
     @staticmethod
     def _inbound(update: Update) -> JsonObject | None:
@@ -500,11 +548,24 @@ class ProxyCell:
         if text is None:
             return "missing_assistant_turn", "messages[] has no assistant text turn"
         parts = split_message(text)
+        timeout_ms = self.params.query_timeout_ms
+        done = await self.db.sent(message.id, timeout_ms)
+        if done:
+            self._log(
+                "info",
+                "proxy_redelivery_skipped",
+                message_id=message.id,
+                parts=sorted(done),
+                detail="these parts reached Telegram before a restart; they are not sent again",
+            )
         for index, part in enumerate(parts):
+            if index in done:
+                continue
             failure = await self._send(chat_id, part)
             if failure is not None:
                 where = f" (part {index + 1} of {len(parts)})" if len(parts) > 1 else ""
                 return "send_failed", f"sendMessage failed{where}: {failure}"
+            await self.db.mark_sent(message.id, index, timeout_ms)
         return None
 
     async def _send(self, chat_id: int, text: str) -> str | None:

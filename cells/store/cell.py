@@ -9,6 +9,10 @@ A reply is one ``tool_result`` turn on the call's id with hop ``{operation, rows
 duration_ms}``. SQL failures are ordinary results carrying ``hop.error_code``; a malformed call
 (``invalid_input``), a timeout (``query_timeout``) or a refused write (``write_denied``) also
 carries ``finish_reason: "error"``.
+
+Writes are idempotent under redelivery: each write commits together with a receipt (the
+message id and the reply) in ``store_receipts``, and a message seen again — the journal
+redelivers what was in flight at a crash — gets its recorded reply instead of a second row.
 """
 
 from __future__ import annotations
@@ -23,10 +27,15 @@ from cells.store.ops import WRITES, ArgsError, Plan, UnknownName, parse_call, pl
 from cells.store.params import SQL_TYPES, StoreParams, read_seed
 from cells.text import dumps_sorted
 from colony.cell import CellSpec, Emission
+from colony.crashpoints import crash_point
 from colony.envelope import Envelope, JsonObject
 from colony.paths import parent
 
 _PARAMS_TABLE = "store_params"
+_RECEIPTS_TABLE = "store_receipts"
+_RECEIPTS_KEPT_S = 7 * 24 * 3600
+"""Receipts older than this are dropped at open: a redelivery comes at the next boot."""
+_INTERNAL = (_PARAMS_TABLE, _RECEIPTS_TABLE)
 _MUTABLE_PARAMS = ("query_timeout_ms",)
 _TYPE_BACK = {"INTEGER": "int", "TEXT": "text"}
 
@@ -58,6 +67,8 @@ class StoreCell:
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.execute("PRAGMA busy_timeout=5000")
         self.query_timeout_ms = self.params.query_timeout_ms
+        self.receipts = spec.colony is None or spec.colony.delivery == "at_least_once"
+        """Record a receipt per write (only redelivery needs them)."""
         self._deadline = 0.0
         self._prepare(fresh, spec.folder)
 
@@ -69,13 +80,20 @@ class StoreCell:
             f'CREATE TABLE IF NOT EXISTS "{_PARAMS_TABLE}" '
             "(key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at INTEGER NOT NULL)"
         )
+        conn.execute(
+            f'CREATE TABLE IF NOT EXISTS "{_RECEIPTS_TABLE}" '
+            "(message_id TEXT PRIMARY KEY, reply TEXT NOT NULL, at INTEGER NOT NULL)"
+        )
+        conn.execute(
+            f'DELETE FROM "{_RECEIPTS_TABLE}" WHERE at < ?', (int(time.time()) - _RECEIPTS_KEPT_S,)
+        )
         for table, columns in self.schema.items():
             self._ensure_table(table, columns)
         # Tables made at runtime by create_table are part of the schema too.
         for (name,) in conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
         ).fetchall():
-            if name in self.schema or name == _PARAMS_TABLE:
+            if name in self.schema or name in _INTERNAL:
                 continue
             info = conn.execute(f'PRAGMA table_info("{name}")').fetchall()
             self.schema[name] = {row[1]: _TYPE_BACK.get(row[2], "text") for row in info}
@@ -125,7 +143,35 @@ class StoreCell:
                 return [Emission(_error("params_update", "invalid_input", problem, ""), target)]
             if not body.get("messages"):
                 return []  # a params-only message is applied silently
-        return [Emission(self._answer(message, body), target)]
+        if not self.receipts:
+            return [Emission(self._answer(message, body), target)]
+        return [Emission(self._answer_once(message, body), target)]
+
+    def _answer_once(self, message: Envelope, body: JsonObject) -> JsonObject:
+        """The reply, a write and its receipt committed together; a message already answered
+        gets the recorded reply."""
+        conn = self.conn
+        row = conn.execute(
+            f'SELECT reply FROM "{_RECEIPTS_TABLE}" WHERE message_id = ?', (message.id,)
+        ).fetchone()
+        if row is not None:
+            reply: JsonObject = json.loads(row[0])
+            return reply
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            reply = self._answer(message, body)
+            if reply["header"].get("operation") in WRITES:
+                conn.execute(
+                    f'INSERT INTO "{_RECEIPTS_TABLE}"(message_id, reply, at) VALUES (?, ?, ?)',
+                    (message.id, json.dumps(reply), int(time.time())),
+                )
+                crash_point("store.write")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        if conn.in_transaction:  # an interrupted write has rolled the transaction back
+            conn.execute("COMMIT")
+        return reply
 
     def _answer(self, message: Envelope, body: JsonObject) -> JsonObject:
         started = time.perf_counter()

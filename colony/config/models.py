@@ -84,6 +84,10 @@ class ColonyConfig(BaseModel):
     """Length of one supervisor period."""
     watchdog_on_trip: Literal["exit", "log-only"] = "exit"
     """What a tripped watchdog does."""
+    delivery: Literal["at_least_once", "at_most_once"] = "at_least_once"
+    """``at_least_once``: every mailbox is journalled in ``colony.db`` and what was in flight
+    at a crash is redelivered at boot; ``at_most_once``: mailboxes live in memory only, as in
+    meclaw."""
 
     @field_validator("schema_version")
     @classmethod

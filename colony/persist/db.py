@@ -16,10 +16,11 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from colony.crashpoints import crash_point
 from colony.dead_letters import DeadLetter
 from colony.envelope import Envelope
 from colony.persist.schema import connect, migrate
@@ -93,6 +94,75 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=repr)
 
 
+class _Rows:
+    """Rows of one writer transaction, serialised on the writer thread."""
+
+    __slots__ = ("_body", "_body_json", "acks", "forgets", "inserts", "letters", "logs")
+
+    def __init__(self) -> None:
+        self.logs: list[tuple[Any, ...]] = []
+        self.letters: list[tuple[Any, ...]] = []
+        self.inserts: list[tuple[Any, ...]] = []
+        self.acks: list[tuple[str, str]] = []
+        self.forgets: list[tuple[int]] = []
+        self._body: Any = None
+        self._body_json = ""
+
+    def _body_of(self, m: Envelope) -> str:
+        # Follow-ups of one emission and transit copies share a body object.
+        if m.body is not self._body or not self._body_json:
+            self._body = m.body
+            self._body_json = _dumps(m.body)
+        return self._body_json
+
+    def log(self, item: LogRow) -> None:
+        m = item.message
+        self.logs.append(
+            (
+                m.id,
+                m.trace_id,
+                m.parent_message_id,
+                m.correlation_id,
+                item.ttl,
+                item.from_path,
+                item.to_path,
+                m.reply_to,
+                _dumps({"context": m.headers.context, "hop": m.headers.hop}),
+                "inline",
+                self._body_of(m),
+                m.created_at,
+            )
+        )
+
+    def letter(self, item: DeadLetter) -> None:
+        self.letters.append(
+            (
+                item.sender_path,
+                item.original_target,
+                item.resolved_target,
+                item.error_code,
+                item.trace_id,
+                item.created_at,
+                _dumps(item.message.to_json()),
+                item.detail,
+            )
+        )
+
+    def journal(self, cell: str, sender: str, m: Envelope) -> None:
+        envelope = {
+            "id": m.id,
+            "trace_id": m.trace_id,
+            "parent_message_id": m.parent_message_id,
+            "correlation_id": m.correlation_id,
+            "target": m.target,
+            "reply_to": m.reply_to,
+            "ttl": m.ttl,
+            "headers": {"context": m.headers.context, "hop": m.headers.hop},
+            "created_at": m.created_at,
+        }
+        self.inserts.append((m.id, cell, sender, _dumps(envelope), self._body_of(m)))
+
+
 class _Fence:
     __slots__ = ("done",)
 
@@ -102,6 +172,53 @@ class _Fence:
 
 class _Stop:
     pass
+
+
+@dataclass(slots=True)
+class Unit:
+    """Everything one hand-off writes, committed in one transaction (at-least-once delivery).
+
+    A unit is what the colony does with one message: the handling cell's emissions routed,
+    their message-log rows and dead letters, every delivery they cause (journal inserts), and
+    the removal of the handled message from the journal (``ack``). Committed together, a crash
+    leaves either the handled message in the journal and none of its effects, or its effects
+    and not the message. ``key`` makes an ingress idempotent: a unit whose key was seen before
+    commits nothing and reports itself a duplicate.
+    """
+
+    ack: tuple[str, str] | None = None
+    """``(message id, cell path)`` of the handled message, or None for an ingress."""
+    key: str | None = None
+    logs: list[LogRow] = field(default_factory=list)
+    letters: list[DeadLetter] = field(default_factory=list)
+    deliveries: list[tuple[Any, Envelope, str]] = field(default_factory=list)
+    """``(runner, message, sender)``: put into the runner's mailbox once committed."""
+    closed: bool = False
+    duplicate: bool = False
+
+    def log(self, message: Envelope, from_path: str, to_path: str) -> None:
+        self.logs.append(LogRow(message, from_path, to_path, message.ttl))
+
+    def dead_letter(self, letter: DeadLetter) -> None:
+        self.letters.append(letter)
+
+
+class _Commit:
+    __slots__ = ("done", "unit")
+
+    def __init__(self, unit: Unit, done: Callable[[BaseException | None], None]) -> None:
+        self.unit = unit
+        self.done = done
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """A message that was in a mailbox when the daemon last stopped."""
+
+    seq: int
+    cell: str
+    sender: str
+    message: Envelope
 
 
 class PersistenceError(Exception):
@@ -121,6 +238,8 @@ class ColonyDb:
         self._thread = threading.Thread(target=self._writer, name="colony-db-writer", daemon=True)
         self._thread.start()
         self.rows_written = 0
+        self.journalled = 0
+        """Journal inserts committed so far (deliveries made durable)."""
 
     def registry_ids(self) -> dict[str, str]:
         """``{path: cell_id}`` from earlier boots, so a cell keeps its id across restarts."""
@@ -153,48 +272,20 @@ class ColonyDb:
                 except queue.Empty:
                     break
             stop = False
-            fences: list[_Fence] = []
-            logs: list[tuple[Any, ...]] = []
-            letters: list[tuple[Any, ...]] = []
+            fences: list[_Fence | _Commit] = []
+            rows = _Rows()
             registry: list[tuple[Any, ...]] = []
-            last_body: Any = None
-            last_body_json = ""
+            commits: list[_Commit] = []
             for item in batch:
                 if isinstance(item, LogRow):
-                    m = item.message
-                    # Follow-ups of one emission and transit copies share a body object.
-                    if m.body is not last_body or not last_body_json:
-                        last_body = m.body
-                        last_body_json = _dumps(m.body)
-                    logs.append(
-                        (
-                            m.id,
-                            m.trace_id,
-                            m.parent_message_id,
-                            m.correlation_id,
-                            item.ttl,
-                            item.from_path,
-                            item.to_path,
-                            m.reply_to,
-                            _dumps({"context": m.headers.context, "hop": m.headers.hop}),
-                            "inline",
-                            last_body_json,
-                            m.created_at,
-                        )
-                    )
+                    rows.log(item)
                 elif isinstance(item, DeadLetter):
-                    letters.append(
-                        (
-                            item.sender_path,
-                            item.original_target,
-                            item.resolved_target,
-                            item.error_code,
-                            item.trace_id,
-                            item.created_at,
-                            _dumps(item.message.to_json()),
-                            item.detail,
-                        )
-                    )
+                    rows.letter(item)
+                elif isinstance(item, _Commit):
+                    commits.append(item)
+                    fences.append(item)
+                elif isinstance(item, tuple) and item[0] == "forget":
+                    rows.forgets.append((item[1],))
                 elif isinstance(item, tuple):
                     registry.append(item[1:])
                 elif isinstance(item, _Fence):
@@ -202,9 +293,40 @@ class ColonyDb:
                 elif isinstance(item, _Stop):
                     stop = True
             error: BaseException | None = None
-            if logs or letters or registry:
+            logs, letters = rows.logs, rows.letters
+            if logs or letters or registry or commits or rows.forgets:
                 try:
                     conn.execute("BEGIN IMMEDIATE")
+                    for commit in commits:
+                        unit = commit.unit
+                        if unit.key is not None:
+                            trace = unit.deliveries[0][1].trace_id if unit.deliveries else ""
+                            taken = conn.execute(
+                                "INSERT OR IGNORE INTO ingress_keys(key, trace_id, created_at) "
+                                "VALUES (?,?,?)",
+                                (unit.key, trace, int(time.time())),
+                            ).rowcount
+                            if not taken:
+                                unit.duplicate = True
+                                continue
+                        for row in unit.logs:
+                            rows.log(row)
+                        for letter in unit.letters:
+                            rows.letter(letter)
+                        for runner, message, sender in unit.deliveries:
+                            rows.journal(runner.path, sender, message)
+                        if unit.ack is not None:
+                            rows.acks.append(unit.ack)
+                    if rows.inserts:
+                        conn.executemany(
+                            "INSERT INTO journal(id, cell, sender, envelope, body) "
+                            "VALUES (?,?,?,?,?)",
+                            rows.inserts,
+                        )
+                    if rows.acks:
+                        conn.executemany("DELETE FROM journal WHERE id = ? AND cell = ?", rows.acks)
+                    if rows.forgets:
+                        conn.executemany("DELETE FROM journal WHERE seq = ?", rows.forgets)
                     if logs:
                         conn.executemany(
                             "INSERT INTO message_log(id, trace_id, parent_message_id, "
@@ -228,8 +350,11 @@ class ColonyDb:
                             "status=excluded.status, updated_at=excluded.updated_at",
                             (path, cell_id, cell_type, status, now, now),
                         )
+                    if commits:
+                        crash_point("journal.commit")
                     conn.execute("COMMIT")
                     self.rows_written += len(logs) + len(letters)
+                    self.journalled += len(rows.inserts)
                 except (sqlite3.Error, TypeError, ValueError) as exc:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
@@ -261,6 +386,43 @@ class ColonyDb:
 
         self._queue.put(_Fence(done))
         await future
+
+    async def commit(self, unit: Unit) -> None:
+        """Hand a unit to the writer and return once it is committed (group commit: every
+        unit queued meanwhile shares the transaction). Sets ``unit.duplicate`` when its key
+        was seen before."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+
+        def done(error: BaseException | None) -> None:
+            def resolve() -> None:
+                if future.done():
+                    return
+                if error is not None:
+                    future.set_exception(PersistenceError(f"colony.db write failed: {error}"))
+                else:
+                    future.set_result(None)
+
+            loop.call_soon_threadsafe(resolve)
+
+        self._queue.put(_Commit(unit, done))
+        await future
+
+    def journal(self) -> list[JournalEntry]:
+        """What the journal holds, oldest first (read at boot, before any unit is written)."""
+        rows = self._read("SELECT seq, cell, sender, envelope, body FROM journal ORDER BY seq", ())
+        out: list[JournalEntry] = []
+        for seq, cell, sender, envelope, body in rows:
+            doc = json.loads(envelope)
+            doc["body_payload"] = json.loads(body)
+            out.append(JournalEntry(seq, cell, sender, Envelope.from_json(doc)))
+        return out
+
+    def forget(self, entries: Sequence[JournalEntry]) -> None:
+        """Remove journal rows that can no longer be delivered (their cell is gone); they are
+        dead-lettered by the caller in the same queue, so nothing is lost."""
+        for entry in entries:
+            self._queue.put(("forget", entry.seq))
 
     def close(self) -> None:
         """Commit what is queued and stop the writer (blocking; call once, at shutdown)."""

@@ -1,7 +1,10 @@
 """``colony.db``: tables, pragmas, and the version check.
 
 Dead letters and the message log are API: their columns follow meclaw's (``dead_letters`` adds
-``detail``, a human-readable reason). ``seq`` columns keep insertion order.
+``detail``, a human-readable reason). ``seq`` columns keep insertion order. ``journal`` holds
+every message sitting in (or being handled from) a cell mailbox under at-least-once delivery;
+``ingress_keys`` remembers the idempotency keys of messages that entered the colony, so the
+same outside event is taken in once. Both tables are additive: older files gain them on open.
 """
 
 from __future__ import annotations
@@ -63,6 +66,20 @@ CREATE TABLE IF NOT EXISTS dead_letters (
 );
 CREATE INDEX IF NOT EXISTS dead_letters_created ON dead_letters(created_at);
 CREATE INDEX IF NOT EXISTS dead_letters_code ON dead_letters(error_code);
+CREATE TABLE IF NOT EXISTS journal (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL,
+    cell TEXT NOT NULL,
+    sender TEXT NOT NULL,
+    envelope TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS journal_id ON journal(id);
+CREATE TABLE IF NOT EXISTS ingress_keys (
+    key TEXT PRIMARY KEY,
+    trace_id TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+);
 """
 
 

@@ -622,7 +622,9 @@ class Context:
         self.emitted: list[tuple[dict[str, Any], str | None]] = []
         self.changed = asyncio.Event()
 
-    async def emit(self, content: dict[str, Any], target: str | None = None) -> None:
+    async def emit(
+        self, content: dict[str, Any], target: str | None = None, *, key: str | None = None
+    ) -> None:
         self.emitted.append((content, target))
         self.changed.set()
 

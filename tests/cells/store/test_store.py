@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -417,3 +418,42 @@ async def test_one_guarded_update_among_200_concurrent_contenders_wins_every_tim
             replies = colony.captured("/sink")[before:]
             assert len(replies) == 200
             assert sorted(r.headers.hop["rows_affected"] for r in replies) == [0] * 199 + [1]
+
+
+async def test_a_redelivered_write_is_answered_from_its_receipt_not_written_twice() -> None:
+    from cells.store.cell import StoreCell
+    from colony.envelope import source_message
+    from colony.testing import spec_for
+
+    cell = StoreCell(spec_for("/memory", {"schema": SCHEMA}))
+    try:
+        insert = source_message(
+            "/memory", call(row(turn_id="t1", iter=0, role="user", turn={}), "c1")
+        )
+        first = await cell.handle(insert)
+        again = await cell.handle(insert)  # the journal gives it back after a crash
+        assert again[0].content == first[0].content
+        assert cell.conn.execute("SELECT count(*) FROM thread").fetchone()[0] == 1
+        other = source_message("/memory", insert.body)  # same body, a new message
+        await cell.handle(other)
+        assert cell.conn.execute("SELECT count(*) FROM thread").fetchone()[0] == 2
+    finally:
+        await cell.close()
+
+
+async def test_under_at_most_once_a_write_keeps_no_receipt() -> None:
+    from cells.store.cell import StoreCell
+    from colony.config.models import ColonyConfig
+    from colony.envelope import source_message
+    from colony.testing import spec_for
+
+    spec = spec_for("/memory", {"schema": SCHEMA})
+    cell = StoreCell(dataclasses.replace(spec, colony=ColonyConfig(delivery="at_most_once")))
+    try:
+        insert = source_message("/memory", call(row(turn_id="t1", iter=0, role="user", turn={})))
+        await cell.handle(insert)
+        await cell.handle(insert)
+        assert cell.conn.execute("SELECT count(*) FROM thread").fetchone()[0] == 2
+        assert cell.conn.execute("SELECT count(*) FROM store_receipts").fetchone()[0] == 0
+    finally:
+        await cell.close()

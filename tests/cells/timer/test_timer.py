@@ -85,7 +85,9 @@ class Recorder:
     def __init__(self) -> None:
         self.emitted: list[tuple[JsonObject, str | None]] = []
 
-    async def emit(self, content: JsonObject, target: str | None = None) -> None:
+    async def emit(
+        self, content: JsonObject, target: str | None = None, *, key: str | None = None
+    ) -> None:
         self.emitted.append((content, target))
 
 
