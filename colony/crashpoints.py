@@ -4,7 +4,8 @@
 the third time it reaches ``journal.commit`` (or the fifth ``store.write``), whichever comes
 first. Without the variable every call is one falsy check. The points sit where a real crash
 hurts most: inside the journal transaction before its COMMIT, inside a store write before
-its COMMIT, after a provider answered and before the llm cell returned.
+its COMMIT, after a provider answered and before the llm cell returned, after Telegram
+accepted an answer and before the proxy's hand-off was committed.
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ from telegram.request import HTTPXRequest
 
 from cells.proxy.params import IMMUTABLE_KEYS, MUTABLE_KEYS, ProxyParams
 from colony.cell import CellContext, CellSpec, Emission
+from colony.crashpoints import crash_point
 from colony.envelope import Envelope, JsonObject
 
 # python-telegram-bot 22 warns (PTBDeprecationWarning) whenever it reads a time period as an
@@ -566,6 +567,7 @@ class ProxyCell:
                 where = f" (part {index + 1} of {len(parts)})" if len(parts) > 1 else ""
                 return "send_failed", f"sendMessage failed{where}: {failure}"
             await self.db.mark_sent(message.id, index, timeout_ms)
+            crash_point("proxy.sent")
         return None
 
     async def _send(self, chat_id: int, text: str) -> str | None:

@@ -8,7 +8,8 @@ at one point of the turn:
 * on the arrival of the k-th model request (mid provider call);
 * at a named crash point inside the daemon (``colony.crashpoints``): inside a store write
   before its COMMIT, inside a journal transaction before its COMMIT, after a provider answered
-  and before the llm cell returned;
+  and before the llm cell returned, after Telegram accepted the answer and before the proxy's
+  hand-off was committed;
 * after a random delay.
 
 The daemon is then started again on the same folder, without any crash point, and must finish
@@ -66,17 +67,19 @@ def plan(runs: int) -> list[Kill]:
     rng = random.Random(20261129)
     kills: list[Kill] = []
     for i in range(runs):
-        kind = i % 5
+        kind = i % 6
         if kind == 0:  # every model request in turn, 2..7
-            kills.append(Kill("request", 2 + (i // 5) % ROUNDS))
+            kills.append(Kill("request", 2 + (i // 6) % ROUNDS))
         elif kind == 1:
             kills.append(Kill("point", f"store.write:{rng.randint(1, 40)}"))
         elif kind == 2:
             kills.append(Kill("point", f"journal.commit:{rng.randint(2, 160)}"))
         elif kind == 3:
             kills.append(Kill("point", f"llm.replied:{rng.randint(1, ROUNDS + 1)}"))
-        else:
-            kills.append(Kill("delay", round(rng.uniform(0.3, 2.0), 2)))
+        elif kind == 4:
+            kills.append(Kill("delay", round(rng.uniform(0.9, 1.5), 2)))
+        else:  # the answer reached Telegram, the proxy's hand-off is not committed yet
+            kills.append(Kill("point", "proxy.sent:1"))
     return kills
 
 
