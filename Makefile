@@ -32,10 +32,13 @@ bench: $(STAMP)
 	$(BIN)/python bench/code_cell.py
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/load.py
+	$(BIN)/python bench/vs_langgraph.py
 
-# The long variants: 1,000 concurrent conversations (a few minutes on 2 cores).
+# The long variants: 1,000 concurrent conversations and 100 kill -9 crash runs (a few minutes
+# each on 2 cores).
 soak: $(STAMP)
 	$(BIN)/python bench/load.py --conversations 1000
+	MECLAW_CRASH_RUNS=100 $(BIN)/python -m pytest -q tests/e2e/test_crash.py
 
 # Each shipped topology's picture: graph.dot (pinned by a test) and graph.svg (drawn by
 # graphviz-pure, a self-contained Graphviz build installed here on demand).
