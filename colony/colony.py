@@ -394,6 +394,11 @@ class Colony:
             and not (unit.deliveries or unit.logs or unit.letters)
         ):
             return
+        if unit.ack is not None and not unit.deliveries:
+            # Nothing waits on this commit: the writer applies units in order, so a later
+            # unit never lands without it; a crash before it only redelivers the message.
+            self.db.commit_later(unit)
+            return
         try:
             await self.db.commit(unit)
         except PersistenceError as exc:

@@ -94,6 +94,10 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=repr)
 
 
+def _ignore(error: BaseException | None) -> None:
+    """The completion callback of a commit nobody waits for."""
+
+
 class _Rows:
     """Rows of one writer transaction, serialised on the writer thread."""
 
@@ -407,6 +411,10 @@ class ColonyDb:
 
         self._queue.put(_Commit(unit, done))
         await future
+
+    def commit_later(self, unit: Unit) -> None:
+        """Hand a unit to the writer without waiting (a failure is kept in :attr:`failure`)."""
+        self._queue.put(_Commit(unit, _ignore))
 
     def journal(self) -> list[JournalEntry]:
         """What the journal holds, oldest first (read at boot, before any unit is written)."""
