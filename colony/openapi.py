@@ -46,6 +46,15 @@ OPENAPI: dict[str, Any] = {
         "/messages": {
             "post": {
                 "summary": "Route a source message into the colony",
+                "parameters": [
+                    {
+                        "name": "Idempotency-Key",
+                        "in": "header",
+                        "required": False,
+                        "description": "a second message with the same key is not routed (200)",
+                        "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+                    }
+                ],
                 "requestBody": {
                     "required": True,
                     "content": {
@@ -74,6 +83,16 @@ OPENAPI: dict[str, Any] = {
                             },
                         },
                         "accepted",
+                    ),
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "properties": {
+                                "duplicate": {"type": "boolean"},
+                                "idempotency_key": {"type": "string"},
+                            },
+                        },
+                        "a message with this Idempotency-Key was taken in before; nothing routed",
                     ),
                     **_errors(400, 415, 422),
                 },

@@ -73,6 +73,20 @@ async def test_a_posted_message_is_routed_and_its_trace_is_readable(api: Api) ->
     assert newest[0]["to_path"] == "/sink"
 
 
+async def test_a_message_posted_twice_with_one_idempotency_key_is_routed_once(api: Api) -> None:
+    doc = {"target": "/", "body": USER, "hop": {"go": True}}
+    first = await api.client.post("/messages", json=doc, headers={"Idempotency-Key": "order-9"})
+    again = await api.client.post("/messages", json=doc, headers={"Idempotency-Key": "order-9"})
+    other = await api.client.post("/messages", json=doc, headers={"Idempotency-Key": "order-10"})
+    assert (first.status_code, again.status_code, other.status_code) == (202, 200, 202)
+    assert again.json() == {"duplicate": True, "idempotency_key": "order-9"}
+    await api.colony.settle()
+    assert len(api.colony.captured("/sink")) == 2
+    too_long = await api.client.post("/messages", json=doc, headers={"Idempotency-Key": "k" * 201})
+    assert too_long.status_code == 422
+    assert too_long.json()["error"] == "invalid_idempotency_key"
+
+
 @pytest.mark.parametrize(
     ("doc", "token"),
     [

@@ -654,3 +654,24 @@ async def test_the_token_is_scrubbed_from_the_libraries_own_log_records(
     # the filter forgets the token once the last cell holding it is closed
     logging.getLogger("httpx").debug("after close: %s", TOKEN)
     assert TOKEN.split(":")[1] in caplog.records[-1].getMessage()
+
+
+async def test_an_answer_redelivered_after_a_crash_sends_only_the_parts_not_yet_sent(
+    make_tree: TreeFactory,
+) -> None:
+    from colony.envelope import source_message
+
+    async with running(make_tree) as bot:
+        bot.telegram.known_chats.add(CHAT)
+        cell = bot.cells[0]
+        long = "\n\n".join(["x" * 4000, "y" * 4000, "z" * 100])
+        message = source_message("/proxy", answer(long), context={"chat_id": CHAT})
+        bot.telegram.fail(400, method="sendMessage", description="boom", after=1)
+        first = await cell.handle(message)  # part 1 goes out, part 2 is refused
+        assert first is not None
+        assert [m["text"][0] for m in bot.telegram.sent] == ["x"]
+        assert await cell.handle(message) is None  # the journal hands it over again
+        assert [m["text"][0] for m in bot.telegram.sent] == ["x", "y", "z"]
+        assert await cell.handle(message) is None  # and again: nothing more is sent
+        assert len(bot.telegram.sent) == 3
+        assert bot.colony.logs("proxy_redelivery_skipped")
