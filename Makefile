@@ -26,13 +26,20 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check colony cells tests bench
 	$(BIN)/mypy
 
+# Every benchmark (each on asyncio's loop and on uvloop), then their headline figures as one
+# table in docs/performance.md (bench/report.py). About 3 minutes on 2 cores.
+bench: export BENCH_RESULTS := bench/results.jsonl
 bench: $(STAMP)
+	$(BIN)/python -c 'import langgraph, uvloop' 2>/dev/null || \
+	  $(BIN)/python -m pip install --quiet -e '.[bench,uvloop]'
+	rm -f $(BENCH_RESULTS)
 	$(BIN)/python bench/expressions.py
 	$(BIN)/python bench/routing.py
 	$(BIN)/python bench/code_cell.py
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/load.py
 	$(BIN)/python bench/vs_langgraph.py
+	$(BIN)/python bench/report.py
 
 # The long variants: 1,000 concurrent conversations and 100 kill -9 crash runs (a few minutes
 # each on 2 cores).

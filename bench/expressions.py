@@ -1,17 +1,27 @@
 """How fast each CEL engine evaluates a typical edge condition.
 
 Routing evaluates a few conditions per message, so two numbers matter: one evaluation
-against a prepared activation, and a whole message (build the activation, evaluate).
-Run ``python bench/expressions.py``; it measures every engine that imports here and
+against a prepared activation, and a whole message (build the activation, evaluate). The floor,
+measured in the same run, is the same condition written as a Python expression over the dicts:
+what a condition would cost if it were not CEL. It measures every engine that imports here and
 prints the ratio between the fastest and the slowest.
+
+    python bench/expressions.py [--loop ...]
+
+No event loop is involved: ``--loop`` is accepted so every benchmark takes the same flags, and
+the figures are recorded once, under no loop.
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
 from collections.abc import Callable
+
+from _loops import add_loop_argument
+from _table import record
 
 from colony.expressions import JsonValue, available_engines, make_engine
 
@@ -56,8 +66,23 @@ def measure(name: str) -> tuple[float, float]:
     return evaluate, per_message
 
 
+def python_floor() -> float:
+    """Evaluations per second of the condition as plain Python over the same dicts."""
+
+    def condition() -> bool:
+        iteration = CONTEXT["iter"]
+        assert isinstance(iteration, str)
+        return "route" in HOP and HOP["route"] == "fire" and int(iteration) < 12
+
+    if condition() is not True:
+        raise SystemExit("python: the benchmark condition does not hold")
+    return calls_per_second(condition)
+
+
 def main() -> int:
     results: dict[str, float] = {}
+    floor = python_floor()
+    label = "the condition as a Python expression"
     for name in available_engines():
         evaluate, per_message = measure(name)
         results[name] = evaluate
@@ -66,6 +91,16 @@ def main() -> int:
             f"per message (activation + eval): {per_message:>10,.0f}/s "
             f"{1e6 / per_message:8.2f} µs"
         )
+        for figure, rate in (("evaluation", evaluate), ("activation + evaluation", per_message)):
+            record(
+                "expressions",
+                f"{figure}, {name}",
+                1e6 / rate,
+                "µs",
+                floor=1e6 / floor,
+                floor_label=label,
+            )
+    print(f"{'python floor':>16}: {floor:>11,.0f} evals/s  {1e6 / floor:8.2f} µs/eval ({label})")
     if len(results) > 1:
         fast, slow = max(results, key=results.__getitem__), min(results, key=results.__getitem__)
         print(f"{fast} is {results[fast] / results[slow]:.0f}x faster than {slow} per evaluation")
@@ -73,4 +108,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    add_loop_argument(parser)
+    parser.parse_args()
     sys.exit(main())

@@ -525,6 +525,41 @@ def _profile(turns: int, warmup: int) -> str:
     return out.getvalue()
 
 
+def _record(ours: dict[str, Any], lg: dict[str, Any] | None) -> None:
+    """The headline figures for ``make bench``'s table (bench/report.py)."""
+    from _table import record
+
+    note = "ours runs on asyncio's loop only"
+    if lg is None:
+        turn = ours["median_turn_ms"]
+        record("vs_langgraph", "turn, ours", turn, "ms", loop="asyncio", note=INSTALL_HINT)
+        return
+    ratio = lg["median_turn_ms"] / ours["median_turn_ms"]
+    record(
+        "vs_langgraph",
+        "turn (6 rounds x 2 tools), ours",
+        ours["median_turn_ms"],
+        "ms",
+        loop="asyncio",
+        floor=lg["median_turn_ms"],
+        floor_label=f"{lg['what']}, the same job",
+        ratio=ratio,
+        target=f"≥ {TARGET:g}x (LangGraph / ours)",
+        met=ratio >= TARGET,
+        note=note,
+    )
+    record(
+        "vs_langgraph",
+        "peak RSS, ours (daemon process)",
+        ours["peak_rss_mb"],
+        "MB",
+        loop="asyncio",
+        floor=lg["peak_rss_mb"],
+        floor_label="LangGraph's process",
+        note=f"plus {ours['cell_workers_peak_rss_mb']:.0f} MB of cell worker processes",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--turns", type=int, default=20, help="timed turns per side (default 20)")
@@ -568,6 +603,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({**doc, "met": ratio is not None and ratio >= TARGET, "seconds": seconds}))
     else:
         print(_report(ours, lg, seconds))
+    _record(ours, lg)
     return 0
 
 
