@@ -40,6 +40,7 @@ import builtins
 import collections  # noqa: F401 (pre-imported for scripts, like datetime, math and re)
 import contextlib
 import datetime  # noqa: F401
+import gc
 import json
 import math  # noqa: F401
 import os
@@ -168,8 +169,9 @@ def _run_script(job: dict[str, Any], code: types.CodeType | None) -> int:
         if not safe_path:
             sys.path.insert(0, os.path.dirname(os.path.realpath(path)))
         try:
-            with open(path, "rb") as handle:
-                source = handle.read()
+            if code is None:
+                with open(path, "rb") as handle:
+                    source = handle.read()
         except OSError as exc:
             sys.stderr.write(
                 f"{os.path.basename(sys.executable)}: can't open file {path!r}: "
@@ -332,7 +334,11 @@ class Zygote:
             self.close_all(fds)
             self.send({"job": job, "error": "the job's pipes did not arrive"})
             return
-        code = self.compiled(message.get("script"))
+        path = message.get("path")
+        if path is None:
+            code = self.compiled(message.get("script"))
+        else:
+            code = self.compiled_file(os.path.join(message.get("cwd") or "", path), path)
         try:
             pid = os.fork()
         except OSError as exc:
@@ -365,6 +371,27 @@ class Zygote:
             if len(self.code_cache) >= CODE_CACHE_SIZE:
                 del self.code_cache[next(iter(self.code_cache))]
             self.code_cache[script] = code
+        return code
+
+    def compiled_file(self, where: str, name: str) -> types.CodeType | None:
+        """The script file at ``where`` compiled once per version of the file (its inode, size
+        and modification time), so a job does not pay a compile; None when it cannot be read
+        or does not compile (the child then tries and reports it as ``python3 PATH`` would)."""
+        try:
+            info = os.stat(where)
+        except OSError:
+            return None
+        key = f"{where}\0{info.st_ino}\0{info.st_size}\0{info.st_mtime_ns}"
+        code = self.code_cache.get(key)
+        if code is None:
+            try:
+                with open(where, "rb") as handle:
+                    code = compile(handle.read(), name, "exec", dont_inherit=True)
+            except Exception:
+                return None
+            if len(self.code_cache) >= CODE_CACHE_SIZE:
+                del self.code_cache[next(iter(self.code_cache))]
+            self.code_cache[key] = code
         return code
 
     @staticmethod
@@ -426,6 +453,9 @@ def main(argv: list[str]) -> None:
     _become_subreaper()
     _FAST_CLOSE_RANGE = _close_range_is_fast()
     zygote = Zygote(sock)
+    # Everything made so far lives as long as the zygote. Frozen, a child's collector never
+    # walks it, so the child does not copy those pages on write just to look at them.
+    gc.freeze()
     try:
         zygote.serve()
     except OSError:

@@ -313,6 +313,24 @@ async def test_a_script_file_runs_as_main_with_its_folder_first_on_sys_path(
     assert word == "from the sibling"
 
 
+async def test_a_script_file_edited_between_jobs_runs_as_edited(
+    zygote: Zygote, tmp_path: Path
+) -> None:
+    script = tmp_path / "edited.py"
+    script.write_text("print('first')\n")
+    assert (await zygote.run(path=str(script), stdin=b"", timeout=10)).stdout == b"first\n"
+    assert (await zygote.run(path=str(script), stdin=b"", timeout=10)).stdout == b"first\n"
+    script.write_text("print('second version')\n")  # another size: a new file version
+    assert (await zygote.run(path=str(script), stdin=b"", timeout=10)).stdout == b"second version\n"
+    script.write_text("print(\n")  # no longer compiles: reported as the interpreter would
+    broken = await zygote.run(path=str(script), stdin=b"", timeout=10)
+    assert broken.exit_code == 1
+    assert b"SyntaxError" in broken.stderr
+    script.unlink()
+    gone = await zygote.run(path=str(script), stdin=b"", timeout=10)
+    assert gone.exit_code == 2
+
+
 async def test_a_missing_script_file_exits_2_like_the_interpreter(
     zygote: Zygote, tmp_path: Path
 ) -> None:
