@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -33,6 +34,7 @@ from colony.edges import EdgeTable, Skipped, compile_edge
 from colony.envelope import Envelope, Headers, JsonObject, split_content
 from colony.errors import ColonyError
 from colony.expressions import Engine, default_engine
+from colony.gc_pause import gc_paused
 from colony.ids import uuid7
 from colony.mailbox import MemoryMailbox
 from colony.paths import is_colony_endpoint
@@ -131,6 +133,7 @@ class Colony:
     # -- building -----------------------------------------------------------------------------
 
     @classmethod
+    @gc_paused()  # everything made here lives as long as the colony
     def from_tree(
         cls,
         tree: ColonyTree,
@@ -220,9 +223,10 @@ class Colony:
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._redeliver()
-        for runner in self.runners.values():
-            runner.start()
+        with gc_paused():
+            self._redeliver()
+            for runner in self.runners.values():
+                runner.start()
         self._started = True
         self.watchdog = Watchdog(
             self.waits,
@@ -302,7 +306,7 @@ class Colony:
             messages=self.redelivered,
             dead_lettered=len(gone),
             cells=dict(per_cell),
-            traces=sorted({e.message.trace_id for e in entries})[:_SAMPLE],
+            traces=heapq.nsmallest(_SAMPLE, {e.message.trace_id for e in entries}),
             sample=[
                 {
                     "id": e.message.id,

@@ -9,6 +9,7 @@ paths below them). Folders are visited in name order so edge declaration order i
 
 from __future__ import annotations
 
+import operator
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,32 +44,58 @@ class NodeDir:
     config_file: Path
 
 
+_NAME = operator.attrgetter("name")
+
+
+def _listing(folder: str | Path) -> list[os.DirEntry[str]] | None:
+    """A folder's entries in name order, or None when it cannot be listed."""
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(entries, key=_NAME)
+    except OSError:
+        return None
+
+
 def walk(root_dir: Path) -> list[NodeDir]:
     """Every node folder under (and including) the root node folder, parents first.
 
     Symlinked folders are followed once; a link back into a folder already visited is
-    skipped, so a cycle cannot hang the loader.
+    skipped, so a cycle cannot hang the loader. Each folder is listed once and its
+    ``config.json`` found in that listing: at 10,000 cells a ``realpath`` (a stat per path
+    component) or a stat per folder is what the walk would cost.
     """
     nodes = [NodeDir("/", root_dir, root_dir / CONFIG_NAME)]
-    seen = {os.path.realpath(root_dir)}
-
-    def visit(folder: Path, colony_path: str) -> None:
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError:
-            return
-        for entry in entries:
-            if not entry.is_dir():
-                continue
-            real = os.path.realpath(entry.path)
-            if real in seen:
-                continue
-            seen.add(real)
-            child = Path(entry.path)
-            child_path = f"{colony_path.rstrip('/')}/{entry.name}"
-            if (child / CONFIG_NAME).is_file():
-                nodes.append(NodeDir(child_path, child, child / CONFIG_NAME))
-            visit(child, child_path)
-
-    visit(root_dir, "/")
+    real_root = os.path.realpath(root_dir)
+    _visit(_listing(root_dir) or [], real_root, "/", nodes, {real_root})
     return nodes
+
+
+def _visit(
+    entries: list[os.DirEntry[str]],
+    real: str,
+    colony_path: str,
+    nodes: list[NodeDir],
+    seen: set[str],
+) -> None:
+    for entry in entries:
+        if not entry.is_dir():
+            continue
+        # Reached through no link, a folder's real path is its parent's plus its name.
+        if entry.is_symlink():
+            child_real = os.path.realpath(entry.path)
+        else:
+            child_real = os.path.join(real, entry.name)
+        if child_real in seen:
+            continue
+        seen.add(child_real)
+        child_path = f"{colony_path.rstrip('/')}/{entry.name}"
+        inner = _listing(entry.path)
+        if inner is None:  # unlistable, yet its config.json may still be readable
+            has_config = os.path.isfile(os.path.join(entry.path, CONFIG_NAME))
+        else:
+            has_config = any(e.name == CONFIG_NAME and e.is_file() for e in inner)
+        if has_config:
+            config = Path(entry.path, CONFIG_NAME)  # parsed once; .parent is a slice
+            nodes.append(NodeDir(child_path, config.parent, config))
+        if inner:
+            _visit(inner, child_real, child_path, nodes, seen)

@@ -13,10 +13,11 @@ later duplicate hides a deeper match inside an earlier one.
 
 from __future__ import annotations
 
+import bisect
 import re
 from json import JSONDecodeError, JSONDecoder
 
-__all__ = ["Path", "locate", "offset_to_line_column"]
+__all__ = ["Path", "Positions", "locate", "offset_to_line_column"]
 
 Path = tuple[str | int, ...]
 """A JSON path: object keys are ``str``, array indices are ``int``."""
@@ -196,3 +197,122 @@ def locate(text: str, path: Path) -> tuple[int, int] | None:
     """
     found = _Scanner(text, path).scan()
     return None if found is None else offset_to_line_column(text, found)
+
+
+class _Indexer(_Scanner):
+    """Walks a whole text once, recording where every key and element starts, by path."""
+
+    __slots__ = ("starts",)
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text, ())
+        self.starts: dict[Path, int] = {}
+        """Of duplicates the last, as :func:`locate` answers: later in the text is larger."""
+
+    def node(self, path: Path) -> None:
+        self._skip_whitespace()
+        char = self.text[self.pos : self.pos + 1]
+        if char == "{":
+            self._members(path)
+        elif char == "[":
+            self._elements(path)
+        else:
+            self._skip_value()
+
+    def _members(self, path: Path) -> None:
+        self.pos += 1
+        self._skip_whitespace()
+        if self.text.startswith("}", self.pos):
+            self.pos += 1
+            return
+        while True:
+            self._skip_whitespace()
+            start = self.pos
+            name = self._string()
+            self._expect(":")
+            self.starts[(*path, name)] = start
+            self.node((*path, name))
+            self._skip_whitespace()
+            char = self.text[self.pos : self.pos + 1]
+            self.pos += 1
+            if char == "}":
+                return
+            if char != ",":
+                raise _Invalid
+
+    def _elements(self, path: Path) -> None:
+        self.pos += 1
+        self._skip_whitespace()
+        if self.text.startswith("]", self.pos):
+            self.pos += 1
+            return
+        index = 0
+        while True:
+            self._skip_whitespace()
+            if self.text[self.pos : self.pos + 1] not in _VALUE_STARTS:
+                raise _Invalid
+            self.starts[(*path, index)] = self.pos
+            self.node((*path, index))
+            index += 1
+            self._skip_whitespace()
+            char = self.text[self.pos : self.pos + 1]
+            self.pos += 1
+            if char == "]":
+                return
+            if char != ",":
+                raise _Invalid
+
+
+class Positions:
+    """:func:`locate` for many paths of one text.
+
+    The first few questions are answered by :func:`locate` itself. After that the whole text
+    is indexed once (where each key and element starts, and each line), so a file with a
+    thousand diagnostics, such as a hive whose every edge names a missing cell, costs one
+    scan rather than a thousand. Text the index cannot read keeps being answered by
+    :func:`locate`, so every answer is the one it would give.
+    """
+
+    SCANS_BEFORE_INDEX = 2
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._asked = 0
+        self._index: tuple[int, dict[Path, int], list[int]] | None = None
+        self._unindexable = False
+
+    def locate(self, path: Path) -> tuple[int, int] | None:
+        self._asked += 1
+        due = self._asked > self.SCANS_BEFORE_INDEX
+        if due and self._index is None and not self._unindexable:
+            self._index = self._build()
+            self._unindexable = self._index is None
+        if self._index is None:
+            return locate(self.text, path)
+        root, starts, lines = self._index
+        # locate() keeps the last match it meets along the path, and it meets them in text
+        # order: the answer is the largest start among the path's prefixes found.
+        found = root
+        for depth in range(1, len(path) + 1):
+            start = starts.get(path[:depth])
+            if start is not None and start > found:
+                found = start
+        line = bisect.bisect_right(lines, found)
+        return line, found - lines[line - 1] + 1
+
+    def _build(self) -> tuple[int, dict[Path, int], list[int]] | None:
+        indexer = _Indexer(self.text)
+        try:
+            indexer._skip_whitespace()
+            root = indexer.pos
+            if root >= len(self.text):
+                return None
+            indexer.node(())
+        except (_Invalid, JSONDecodeError, RecursionError):
+            return None
+        lines = [0]
+        newline = self.text.find("\n")
+        while newline >= 0:
+            lines.append(newline + 1)
+            newline = self.text.find("\n", newline + 1)
+        return root, indexer.starts, lines

@@ -167,25 +167,42 @@ def expand(text: str, variables: Variables) -> tuple[str, bool]:
     return "".join(out), used
 
 
+def _may_change(value: Any) -> bool:
+    """Whether substitution could touch ``value``: a container, or a string with a '$'."""
+    if isinstance(value, str):
+        return "$" in value
+    return isinstance(value, (dict, list))
+
+
 def substitute(document: Any, variables: Variables) -> Substituted:
     """Substitute every string value of a parsed JSON document, collecting every problem."""
     result = Substituted(value=None)
-
-    def walk(node: Any, path: JsonPath) -> Any:
-        if isinstance(node, str):
-            try:
-                value, used = expand(node, variables)
-            except _Problem as problem:
-                result.problems.append(SubstitutionProblem(path, problem.code, problem.token))
-                return node
-            if used:
-                result.substituted_paths.add(path)
-            return value
-        if isinstance(node, list):
-            return [walk(item, (*path, index)) for index, item in enumerate(node)]
-        if isinstance(node, dict):
-            return {key: walk(item, (*path, key)) for key, item in node.items()}
-        return node
-
-    result.value = walk(document, ())
+    result.value = _walk(document, (), variables, result)
     return result
+
+
+def _walk(node: Any, path: JsonPath, variables: Variables, result: Substituted) -> Any:
+    # A module-level function rather than a closure: a closure that calls itself is a
+    # reference cycle, left for the cyclic collector once per file of the tree.
+    if isinstance(node, str):
+        try:
+            value, used = expand(node, variables)
+        except _Problem as problem:
+            result.problems.append(SubstitutionProblem(path, problem.code, problem.token))
+            return node
+        if used:
+            result.substituted_paths.add(path)
+        return value
+    # A value that cannot change is kept without building its path (most of a tree's values:
+    # numbers, names, text without a '$').
+    if isinstance(node, list):
+        return [
+            _walk(item, (*path, index), variables, result) if _may_change(item) else item
+            for index, item in enumerate(node)
+        ]
+    if isinstance(node, dict):
+        return {
+            key: _walk(item, (*path, key), variables, result) if _may_change(item) else item
+            for key, item in node.items()
+        }
+    return node

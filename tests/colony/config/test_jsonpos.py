@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from colony.config.jsonpos import Path, locate
+from colony.config.jsonpos import Path, Positions, locate
 
 CONFIG = """\
 {
@@ -219,3 +219,43 @@ def test_truncated_text_never_raises(doc: Any, options: Any, data: st.DataObject
                 assert position is not None
             if position is not None:
                 assert 0 <= offset_of(prefix, position) < len(prefix)
+
+
+def _asked_of(doc: Any) -> list[Path]:
+    """Every path of ``doc``, and for each one a key and an index that are not there."""
+    return [
+        asked
+        for path, _ in paths_in(doc)
+        for asked in (path, (*path, "missing"), (*path, 0), (*path, 7, "x"))
+    ]
+
+
+def _same_answers(text: str, asked: list[Path]) -> None:
+    positions = Positions(text)
+    for path in asked * 2:  # the second round is answered from the index
+        assert positions.locate(path) == locate(text, path), path
+
+
+def test_positions_answers_duplicate_keys_as_locate_does() -> None:
+    text = '{"a": {"b": 1}, "a": {"c": [2, {"b": 3}]}, "a": 4, "d": {"a": {"b": 5}}}'
+    asked: list[Path] = [("a",), ("a", "b"), ("a", "c", 1, "b"), ("d", "a", "b"), ("z",), ()]
+    _same_answers(text, asked)
+    _same_answers(text.replace(', "a": 4', ""), asked)
+
+
+@settings(max_examples=200, deadline=None)
+@given(documents, dump_options, st.data())
+def test_positions_answers_every_path_as_locate_does(
+    doc: Any, options: Any, data: st.DataObject
+) -> None:
+    text = json.dumps(doc, **options)
+    cut = data.draw(st.integers(0, len(text)))
+    asked = _asked_of(doc)
+    _same_answers(text, asked)
+    _same_answers(text[:cut], asked)  # broken text: the index steps aside
+
+
+def test_positions_of_text_too_deep_to_index_are_still_answered() -> None:
+    depth = 50_000
+    text = '{"deep": ' + "[" * depth + "]" * depth + ', "after": 1}'
+    _same_answers(text, [("after",), ("deep", 0, 0, 0), ("nothing",)])
