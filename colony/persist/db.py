@@ -95,6 +95,25 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=repr)
 
 
+def _completion() -> tuple[asyncio.Future[None], Callable[[BaseException | None], None]]:
+    """A future of the running loop, and the callback the writer thread calls to settle it."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
+
+    def done(error: BaseException | None) -> None:
+        def resolve() -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(PersistenceError(f"colony.db write failed: {error}"))
+            else:
+                future.set_result(None)
+
+        loop.call_soon_threadsafe(resolve)
+
+    return future, done
+
+
 def _ignore(error: BaseException | None) -> None:
     """The completion callback of a commit nobody waits for."""
 
@@ -375,20 +394,7 @@ class ColonyDb:
 
     async def flush(self) -> None:
         """Return once everything handed over before this call is committed."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-
-        def done(error: BaseException | None) -> None:
-            def resolve() -> None:
-                if future.done():
-                    return
-                if error is not None:
-                    future.set_exception(PersistenceError(f"colony.db write failed: {error}"))
-                else:
-                    future.set_result(None)
-
-            loop.call_soon_threadsafe(resolve)
-
+        future, done = _completion()
         self._queue.put(_Fence(done))
         await future
 
@@ -396,20 +402,7 @@ class ColonyDb:
         """Hand a unit to the writer and return once it is committed (group commit: every
         unit queued meanwhile shares the transaction). Sets ``unit.duplicate`` when its key
         was seen before."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-
-        def done(error: BaseException | None) -> None:
-            def resolve() -> None:
-                if future.done():
-                    return
-                if error is not None:
-                    future.set_exception(PersistenceError(f"colony.db write failed: {error}"))
-                else:
-                    future.set_result(None)
-
-            loop.call_soon_threadsafe(resolve)
-
+        future, done = _completion()
         self._queue.put(_Commit(unit, done))
         await future
 

@@ -4,9 +4,10 @@ after a restart, in order, exactly the messages that were not done."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,18 @@ async def _fill_and_stop(work: Path, tree: Path, count: int, **colony: Any) -> l
     return started
 
 
+@contextlib.asynccontextmanager
+async def _reboot(tree: Path, work: Path, started: list[str]) -> AsyncIterator[ColonyHarness]:
+    """Boot ``work`` again with the gate open and let it settle."""
+    opened = asyncio.Event()
+    opened.set()
+    async with ColonyHarness(
+        tree, capture=["/sink"], cell_types=_gate(opened, started), workdir=work
+    ) as harness:
+        await harness.settle()
+        yield harness
+
+
 async def test_messages_in_flight_at_shutdown_are_delivered_after_the_restart_in_order(
     tmp_path: Path,
 ) -> None:
@@ -99,13 +112,8 @@ async def test_messages_in_flight_at_shutdown_are_delivered_after_the_restart_in
     assert started == ["m0"]  # m0 was being handled, m1 and m2 were queued
     assert [cell for cell, _ in _journal(tmp_path / "work")] == ["/slow"] * 3
 
-    opened = asyncio.Event()
-    opened.set()
     again: list[str] = []
-    async with ColonyHarness(
-        tree, capture=["/sink"], cell_types=_gate(opened, again), workdir=tmp_path / "work"
-    ) as harness:
-        await harness.settle()
+    async with _reboot(tree, tmp_path / "work", again) as harness:
         assert again == ["m0", "m1", "m2"]
         assert [_n(m) for m in harness.captured("/sink")] == ["m0", "m1", "m2"]
         (line,) = harness.logs("journal_redelivered")
@@ -139,13 +147,8 @@ async def test_at_most_once_journals_nothing_and_a_restart_brings_nothing_back(
     started = await _fill_and_stop(tmp_path / "work", tree, 3, delivery="at_most_once")
     assert started == ["m0"]
     assert _journal(tmp_path / "work") == []
-    opened = asyncio.Event()
-    opened.set()
     again: list[str] = []
-    async with ColonyHarness(
-        tree, capture=["/sink"], cell_types=_gate(opened, again), workdir=tmp_path / "work"
-    ) as harness:
-        await harness.settle()
+    async with _reboot(tree, tmp_path / "work", again) as harness:
         assert again == []
         assert harness.logs("journal_redelivered") == []
 
