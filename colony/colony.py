@@ -65,6 +65,10 @@ EXTERNAL = "@external"
 _UNIT: ContextVar[Unit | None] = ContextVar("colony_unit", default=None)
 """The unit the current task routes into (at-least-once delivery only)."""
 
+_UNAWAITED_MAX = 256
+"""Commits handed to the writer without waiting, at most, before one is waited for: a cell
+draining a backlog must not pile up work that everyone else's commits then queue behind."""
+
 _SAMPLE = 20
 """Redelivered messages named one by one in the boot log line."""
 
@@ -124,6 +128,8 @@ class Colony:
         """Mailboxes are journalled in ``colony.db`` (see :meth:`unit`)."""
         self.redelivered = 0
         """Messages taken back from the journal at boot."""
+        self._unawaited = 0
+        """Commits handed over since the last one waited for (see ``_UNAWAITED_MAX``)."""
         self._pending = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -398,11 +404,14 @@ class Colony:
             and not (unit.deliveries or unit.logs or unit.letters)
         ):
             return
-        if unit.ack is not None and not unit.deliveries:
+        if unit.ack is not None and not unit.deliveries and self._unawaited < _UNAWAITED_MAX:
             # Nothing waits on this commit: the writer applies units in order, so a later
             # unit never lands without it; a crash before it only redelivers the message.
+            self._unawaited += 1
             self.db.commit_later(unit)
             return
+        # Awaited: once it is in, so is every unit handed over before it (the writer is FIFO).
+        self._unawaited = 0
         try:
             await self.db.commit(unit)
         except PersistenceError as exc:
