@@ -27,7 +27,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # Every benchmark (each on asyncio's loop and on uvloop), then their headline figures as one
-# table in docs/performance.md (bench/report.py). About 3 minutes on 2 cores.
+# table in docs/performance.md (bench/report.py). About 10 minutes on 2 cores.
 bench: export BENCH_RESULTS := bench/results.jsonl
 bench: $(STAMP)
 	$(BIN)/python -c 'import langgraph, uvloop' 2>/dev/null || \
@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/load.py
 	$(BIN)/python bench/vs_langgraph.py
+	$(BIN)/python bench/scale.py
 	$(BIN)/python bench/report.py
 
 # The long variants: 1,000 concurrent conversations and 100 kill -9 crash runs (a few minutes
