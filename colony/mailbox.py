@@ -60,7 +60,7 @@ class MemoryMailbox:
     """In-process mailbox. Alone it is at-most-once, lost with the process (as in meclaw);
     under at-least-once delivery the colony journals what enters it (see ``Colony.unit``)."""
 
-    __slots__ = ("_backlog", "_capacity", "_delivered", "_peak", "_queue")
+    __slots__ = ("_backlog", "_capacity", "_delivered", "_peak", "_queue", "_turn")
 
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
@@ -70,6 +70,10 @@ class MemoryMailbox:
         self._peak = 0
         self._delivered = 0
         self._backlog: deque[Envelope] = deque()
+        self._turn = asyncio.Lock()
+        """Held by the one sender waiting for room; the others wait for it in arrival order.
+        A bare ``asyncio.Queue`` lets a put that arrives just as room frees up overtake the
+        senders already waiting."""
 
     @property
     def capacity(self) -> int:
@@ -79,7 +83,11 @@ class MemoryMailbox:
         return self._queue.full()
 
     async def put(self, message: Envelope) -> None:
-        await self._queue.put(message)
+        if self._turn.locked() or self._queue.full():
+            async with self._turn:
+                await self._queue.put(message)
+        else:
+            self._queue.put_nowait(message)
         self._delivered += 1
         size = self._queue.qsize()
         if size > self._peak:
