@@ -290,7 +290,7 @@ class Colony:
                 code = (
                     DeadLetterCode.UNRESOLVED_PATH
                     if runner is None
-                    else (DeadLetterCode.CELL_INACTIVE)
+                    else DeadLetterCode.CELL_INACTIVE
                 )
                 self._dead(
                     code,
@@ -427,21 +427,24 @@ class Colony:
         for runner, message, sender in unit.deliveries:
             await runner.deliver(message, sender)
 
+    @staticmethod
+    def _open_unit() -> Unit | None:
+        """The unit this task routes into, if one is open."""
+        unit = _UNIT.get()
+        return None if unit is None or unit.closed else unit
+
     def _sink(self) -> ColonyDb | Unit:
         """Where this task's message-log rows and dead letters go: its unit, if any."""
-        unit = _UNIT.get()
-        return self.db if unit is None or unit.closed else unit
+        return self._open_unit() or self.db
 
     # -- routing ------------------------------------------------------------------------------
 
     async def route(self, sender: str, message: Envelope) -> None:
         """Route one message and everything its transits and error replies cause."""
-        if self.at_least_once:
-            unit = _UNIT.get()
-            if unit is None or unit.closed:
-                async with self._open(None):
-                    await self.route(sender, message)
-                return
+        if self.at_least_once and self._open_unit() is None:
+            async with self._open(None):
+                await self.route(sender, message)
+            return
         work: deque[tuple[str, Envelope]] = deque(((sender, message),))
         while work:
             who, item = work.popleft()
@@ -457,17 +460,14 @@ class Colony:
             self.decisions += 1
             message.ttl = decision.ttl
             message.target = decision.resolved
-            unit = _UNIT.get()
-            if unit is not None and not unit.closed:  # delivered once committed
+            unit = self._open_unit()
+            if unit is not None:  # delivered once committed
                 unit.deliveries.append((decision.cell, message, sender))
-                if self.log_messages:
-                    origin = EXTERNAL if message.parent_message_id is None else sender
-                    unit.log(message, origin, decision.resolved)
-                return
-            await decision.cell.deliver(message, sender)
+            else:
+                await decision.cell.deliver(message, sender)
             if self.log_messages:
                 origin = EXTERNAL if message.parent_message_id is None else sender
-                self.db.log(message, origin, decision.resolved)
+                (unit or self.db).log(message, origin, decision.resolved)
         elif kind is Transit:
             assert isinstance(decision, Transit)
             self.decisions += 1
@@ -631,12 +631,10 @@ class Colony:
         A long-running cell's own emissions (``message`` None) are one unit: this returns once
         they are journalled, so the cell may then acknowledge its outside source; ``key``
         drops an emission whose key was taken in before."""
-        if message is None and self.at_least_once:
-            unit = _UNIT.get()
-            if unit is None or unit.closed:
-                async with self._open(None, key):
-                    await self.route_outputs(runner, None, outputs)
-                return
+        if message is None and self.at_least_once and self._open_unit() is None:
+            async with self._open(None, key):
+                await self.route_outputs(runner, None, outputs)
+            return
         for output in outputs:
             if isinstance(output, Emission):
                 await self._route_emission(runner, message, output.content, output.target)

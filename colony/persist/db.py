@@ -173,17 +173,10 @@ class _Rows:
         )
 
     def journal(self, cell: str, sender: str, m: Envelope) -> None:
-        envelope = {
-            "id": m.id,
-            "trace_id": m.trace_id,
-            "parent_message_id": m.parent_message_id,
-            "correlation_id": m.correlation_id,
-            "target": m.target,
-            "reply_to": m.reply_to,
-            "ttl": m.ttl,
-            "headers": {"context": m.headers.context, "hop": m.headers.hop},
-            "created_at": m.created_at,
-        }
+        # The envelope as dead letters store it, minus the body: that is kept apart, so a body
+        # shared by follow-ups is serialised once (``ColonyDb.journal`` joins them again).
+        envelope = m.to_json()
+        del envelope["body_kind"], envelope["body_payload"]
         self.inserts.append((m.id, cell, sender, _dumps(envelope), self._body_of(m)))
 
 
