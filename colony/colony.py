@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from colony.activity import active_cells
+from colony.admission import Refusal
 from colony.cell import CellSpec, CellType, Emission, Output
 from colony.config.loader import ColonyTree
 from colony.config.models import CellBlock, ColonyConfig, Contract
@@ -362,6 +363,11 @@ class Colony:
                 return
 
     # -- ingress ------------------------------------------------------------------------------
+
+    def admission(self, nbytes: int = 0) -> Refusal | None:
+        """None when an ingress of about ``nbytes`` may be accepted now; otherwise why not
+        (see :mod:`colony.admission`)."""
+        return None
 
     async def send(self, message: Envelope, sender: str = "/", *, key: str | None = None) -> bool:
         """Route a message born outside the colony (HTTP, stdio, a test). Returns once the
