@@ -1,0 +1,154 @@
+"""Every shell command in README.md, docs/ and the topology READMEs runs as written.
+
+The commands are read from the ```sh blocks of those pages and run with bash in a copy of the
+checkout (its tracked files, modification times kept, with this checkout's ``.venv``), the
+``.venv/bin`` folder first on PATH, as the README tells a newcomer to set up. A command that
+keeps running (a daemon, ``--follow``) must still be running after a while and stop cleanly on
+SIGINT. A command that cannot run here is listed in ``NOT_RUN`` with the reason, so a newly
+documented command is run unless someone says why not.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PAGES = ("README.md", "docs/**/*.md", "topologies/*/README.md")
+
+NOT_RUN: dict[str, str] = {
+    r"^make test\b": "the suite itself (this test is part of it)",
+    r"^make lint\b": "CI runs it right after make test",
+    r"^make bench\b": "about ten minutes; bench/ scripts are run by make bench, not the suite",
+    r"^make soak\b": "the long runs (minutes); make soak, not the suite",
+    r"^make pictures\b": "installs graphviz-pure from PyPI (network)",
+    r"bench/\w+\.py": "a benchmark: make bench runs it",
+    r"^cp topologies/telegram-research/\.env\.example": "the start of a setup with real keys",
+    r"^meclaw --root topologies/telegram-research\b": "needs a Telegram token, a model key and "
+    "a search endpoint (the .env the step above fills in); make run is its offline twin",
+    r"LLM_API_KEY=sk-": "needs a real model key",
+}
+"""Documented commands this test does not run, each with why (a regex over the command)."""
+
+LONG_RUNNING = re.compile(r"--follow\b|--daemon\b|--api\b")
+"""Commands that run until stopped: they must be running after ``SETTLE_S`` seconds."""
+SETTLE_S = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class Documented:
+    page: str
+    line: int
+    command: str
+
+    def __str__(self) -> str:
+        return f"{self.page}:{self.line}: {self.command}"
+
+
+def documented_commands() -> list[Documented]:
+    """The command lines of every ```sh block (comment lines and blank lines left out)."""
+    found: list[Documented] = []
+    pages = sorted({p for pattern in PAGES for p in REPO.glob(pattern)})
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        for block in re.finditer(r"^```(?:sh|bash|shell)\n(.*?)^```", text, re.S | re.M):
+            first = text.count("\n", 0, block.start(1)) + 1
+            pending = ""
+            for offset, line in enumerate(block.group(1).splitlines()):
+                if not pending and (not line.strip() or line.lstrip().startswith("#")):
+                    continue
+                if line.endswith("\\"):
+                    pending += line[:-1]
+                    continue
+                command = (pending + line).strip()
+                pending = ""
+                rel = page.relative_to(REPO).as_posix()
+                found.append(Documented(rel, first + offset, command))
+    return found
+
+
+def _reason_not_run(command: str) -> str | None:
+    for pattern, reason in NOT_RUN.items():
+        if re.search(pattern, command):
+            return reason
+    return None
+
+
+COMMANDS = documented_commands()
+
+
+def test_the_pages_document_commands_at_all() -> None:
+    assert len(COMMANDS) >= 10, COMMANDS
+    assert any(c.command.startswith("make run") for c in COMMANDS)
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the tracked files (mtimes kept, so make sees .venv as up to date)."""
+    dest = tmp_path_factory.mktemp("clone")
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    for raw in tracked:
+        if not raw:
+            continue
+        rel = raw.decode()
+        src = REPO / rel
+        if not src.is_file():
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dest / rel)
+    (dest / ".venv").symlink_to(REPO / ".venv")
+    return dest
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{REPO / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+@pytest.mark.parametrize("doc", [c for c in COMMANDS if _reason_not_run(c.command) is None], ids=str)
+def test_a_documented_command_runs_as_written(doc: Documented, checkout: Path) -> None:
+    if LONG_RUNNING.search(doc.command):
+        proc = subprocess.Popen(
+            ["bash", "-c", doc.command],
+            cwd=checkout,
+            env=_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + SETTLE_S
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        still_running = proc.poll() is None
+        if still_running:
+            os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        assert still_running, f"{doc} ended by itself (exit {proc.returncode}): {err}"
+        assert proc.returncode in (0, -signal.SIGINT, 130), f"{doc}: exit {proc.returncode}\n{err}"
+    else:
+        done = subprocess.run(
+            ["bash", "-c", doc.command],
+            cwd=checkout,
+            env=_env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        out, err = done.stdout, done.stderr
+        assert done.returncode == 0, f"{doc}: exit {done.returncode}\n{out}\n{err}"
+    assert "Traceback" not in err, f"{doc}\n{err}"
