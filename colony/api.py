@@ -282,6 +282,8 @@ def build_app(
             except TimeoutError:
                 if request.transport is not None:
                     request.transport.abort()
+            except ConnectionError:
+                pass  # the client went away; aiohttp notes it when it finishes the response
             return response
         finally:
             if conn is not None:

@@ -296,9 +296,10 @@ async def test_every_messages_filter_meclaw_accepts_filters(api: Api) -> None:
     page = (await api.client.get("/colony/messages", params={"trace_id": trace, "limit": 2})).json()
     assert [row["id"] for row in page["messages"]] == newest_first[:2]
     cursor = page["next"]
-    assert await ids(
-        trace_id=trace, before_created_at=cursor["created_at"], before_id=cursor["id"]
-    ) == newest_first[2:]
+    assert (
+        await ids(trace_id=trace, before_created_at=cursor["created_at"], before_id=cursor["id"])
+        == newest_first[2:]
+    )
     assert await ids(trace_id=trace, before_id=cursor["id"]) == newest_first[2:]
     budget = (
         await api.client.get("/colony/messages", params={"scan_budget": 2, "body_kind": "inline"})
@@ -310,7 +311,7 @@ async def test_every_messages_filter_meclaw_accepts_filters(api: Api) -> None:
 async def test_trace_filters_by_correlation_id_and_error(api: Api) -> None:
     trace, rows = await routed(api)
     assert len(rows) == 4
-    errors = (await api.client.get("/colony/trace", params={"trace_id": trace, "error": "true"}))
+    errors = await api.client.get("/colony/trace", params={"trace_id": trace, "error": "true"})
     assert errors.json()["trace"] == []
     other = await api.client.get(
         "/colony/trace",
