@@ -53,7 +53,8 @@ def test_a_field_of_the_wrong_type_is_a_problem_not_a_type_error(
     body: dict[Any, Any], problem: str
 ) -> None:
     found = body_problem(body)
-    assert found is not None and found.startswith(problem)
+    assert found is not None
+    assert found.startswith(problem)
 
 
 def test_a_uuid_with_a_trailing_newline_is_not_a_uuid() -> None:

@@ -89,7 +89,9 @@ async def test_every_read_answers_a_routed_message_with_its_slot(
         await colony.settle()
         [reply] = colony.captured("/sink")
         assert slot in reply.body
-        assert reply.ttl == 63 and reply.headers.context == {} and reply.reply_to is None
+        assert reply.ttl == 63
+        assert reply.headers.context == {}
+        assert reply.reply_to is None
         if slot == "messages":
             assert {"next", "scan_budget", "scan_truncated"} <= set(reply.body)
         if slot == "dead_letters":
@@ -155,10 +157,10 @@ def test_validate_and_the_router_agree_on_which_colony_paths_answer(
         if d.code == "colony_endpoint_unknown"
     }
     assert warned == set(others)
-    assert ANSWERING_ENDPOINTS == {
+    assert {
         "/colony/registry",
         "/colony/graph",
         "/colony/trace",
         "/colony/messages",
         "/colony/dead_letters",
-    }
+    } == ANSWERING_ENDPOINTS

@@ -266,7 +266,8 @@ async def test_message_rows_carry_meclaws_headers_json_and_body_payload_strings(
     assert {"messages", "next", "scan_budget", "scan_truncated"} == set(listed)
     assert (listed["scan_budget"], listed["scan_truncated"]) == (5000, False)
     for row in [*rows, *listed["messages"]]:
-        assert isinstance(row["headers_json"], str) and isinstance(row["body_payload"], str)
+        assert isinstance(row["headers_json"], str)
+        assert isinstance(row["body_payload"], str)
         assert json.loads(row["headers_json"]) == row["headers"]
         assert json.loads(row["body_payload"]) == row["body"]
     assert rows[0]["body"] == USER
@@ -390,6 +391,7 @@ async def test_registry_and_dead_letter_filters_filter(api: Api) -> None:
         "/colony/dead_letters", params={"error_code": "unresolved_path", "since": 0}
     )
     [letter] = letters.json()["dead_letters"]
-    assert letter["message_id"] and letter["resolved_target"] == "/nowhere"
+    assert letter["message_id"]
+    assert letter["resolved_target"] == "/nowhere"
     later = await api.client.get("/colony/dead_letters", params={"since": 2**40})
     assert later.json()["dead_letters"] == []
