@@ -30,7 +30,6 @@ from colony.httpguard import (
     GuardedSite,
     InFlight,
     ServerLimits,
-    rate_limit_accept_errors,
     read_body,
 )
 from colony.openapi import document
@@ -374,8 +373,6 @@ def build_app(
 
 async def serve(app: web.Application, host: str, port: int) -> web.AppRunner:
     """Start serving; returns the runner (call ``cleanup()`` to stop)."""
-    colony = app[COLONY_KEY]
-    rate_limit_accept_errors(asyncio.get_running_loop(), colony.log)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = GuardedSite(runner, host, port, app[CONNECTIONS_KEY])

@@ -11,8 +11,9 @@ traceback. So the API is served through :class:`GuardedSite`, whose connections 
   connection opening or of the previous answer (an idle keep-alive connection is closed after
   the same time); a body must arrive within :attr:`ServerLimits.body_timeout_s`
   (:func:`read_body`, 408), an answer must be taken within ``write_timeout_s``;
-* failed ``accept()`` calls (the process is out of file descriptors) are logged once per
-  :data:`ACCEPT_LOG_EVERY_S` with a count, not once per attempt.
+* connections are accepted by :class:`_Listener`, not the event loop's server: a failed
+  ``accept()`` (the process is out of file descriptors) pauses accepting briefly and is
+  logged once per :data:`ACCEPT_LOG_EVERY_S` with a count, not once per attempt.
 
 The in-flight byte bound of request bodies is kept by :class:`InFlight`.
 """
@@ -20,8 +21,8 @@ The in-flight byte bound of request bodies is kept by :class:`InFlight`.
 from __future__ import annotations
 
 import asyncio
-import errno
 import resource
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +31,9 @@ from typing import Any
 from aiohttp import web
 
 ACCEPT_LOG_EVERY_S = 10.0
-_ACCEPT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+"""A failed ``accept()`` (out of descriptors) is logged at most this often, with a count."""
+ACCEPT_RETRY_S = 0.1
+"""How long accepting pauses after a failed ``accept()``."""
 _REFUSAL = (
     b"HTTP/1.1 503 Service Unavailable\r\n"
     b"Content-Type: application/json\r\n"
@@ -97,6 +100,9 @@ class Connections:
         self.by_transport: dict[asyncio.BaseTransport, _Guarded] = {}
         self.refused = 0
         self._refused_logged = 0.0
+        self.accept_failures = 0
+        self._accept_logged = 0.0
+        self._accept_folded = 0
 
     def protocol(self, server: Callable[[], asyncio.Protocol]) -> asyncio.Protocol:
         return _Guarded(self, server)
@@ -118,6 +124,25 @@ class Connections:
                 detail="the API holds its maximum of connections; more are answered 503 "
                 "until some close",
             )
+
+    def accept_failed(self, exc: OSError) -> None:
+        """Log a failed ``accept()`` once per :data:`ACCEPT_LOG_EVERY_S`, with how many
+        failures the line stands for."""
+        self.accept_failures += 1
+        now = time.monotonic()
+        if self._accept_logged and now - self._accept_logged < ACCEPT_LOG_EVERY_S:
+            self._accept_folded += 1
+            return
+        self.log.warning(
+            "api_accept_failed",
+            error=exc.strerror or str(exc),
+            errno=exc.errno,
+            folded=self._accept_folded,
+            detail="the API could not accept a connection (out of file descriptors or "
+            "memory); it retries every 0.1 s; raise the open-file limit or lower the load",
+        )
+        self._accept_logged = now
+        self._accept_folded = 0
 
 
 class _Guarded(asyncio.Protocol):
@@ -204,7 +229,8 @@ class _Guarded(asyncio.Protocol):
 
 
 class GuardedSite(web.BaseSite):
-    """A TCP site whose connections go through :class:`Connections`."""
+    """A TCP site whose connections go through :class:`Connections`, accepted by our own
+    loop (:class:`_Listener`) rather than the event loop's server."""
 
     __slots__ = ("_book", "_host", "_port")
 
@@ -222,46 +248,69 @@ class GuardedSite(web.BaseSite):
         await super().start()
         server = self._runner.server
         assert server is not None
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: self._book.protocol(server), self._host, self._port, backlog=self._backlog
-        )
+        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
+        sock = socket.create_server((self._host, self._port), family=family, backlog=self._backlog)
+        sock.setblocking(False)
+        self._server = _Listener(sock, lambda: self._book.protocol(server), self._book)
 
 
-def rate_limit_accept_errors(loop: asyncio.AbstractEventLoop, log: Any) -> None:
-    """Route the loop's "accept() out of system resource" reports to one WARN line per
-    :data:`ACCEPT_LOG_EVERY_S` (with how many were folded in); everything else goes to the
-    handler that was there before. Idempotent per loop."""
-    previous = loop.get_exception_handler()
-    if getattr(previous, "_accept_rate_limited", False):
-        return
-    state = {"last": 0.0, "folded": 0}
+class _Listener(asyncio.AbstractServer):
+    """Accepts connections on one listening socket, for :class:`GuardedSite`.
 
-    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        exc = context.get("exception")
-        if isinstance(exc, OSError) and exc.errno in _ACCEPT_ERRNOS:
-            now = time.monotonic()
-            if now - state["last"] < ACCEPT_LOG_EVERY_S:
-                state["folded"] += 1
-                return
-            log.warning(
-                "api_accept_failed",
-                error=exc.strerror or str(exc),
-                errno=exc.errno,
-                folded=state["folded"],
-                detail="the process is out of file descriptors (or memory); the API retries "
-                "accepting every second; raise the open-file limit or lower the load",
-            )
-            state["last"] = now
-            state["folded"] = 0
-            return
-        if previous is not None:
-            previous(loop, context)
-        else:
-            loop.default_exception_handler(context)
+    asyncio's own server (3.11) answers ``EMFILE`` by scheduling a retry *per pending
+    connection* and logging a traceback each time, so at the file-descriptor limit the retries
+    multiply and stderr floods (thousands of lines a second); here a failed ``accept()`` waits
+    :data:`ACCEPT_RETRY_S` and is logged once per :data:`ACCEPT_LOG_EVERY_S`."""
 
-    handler._accept_rate_limited = True  # type: ignore[attr-defined]
-    loop.set_exception_handler(handler)
+    def __init__(
+        self, sock: socket.socket, protocol: Callable[[], asyncio.Protocol], book: Connections
+    ) -> None:
+        self._sock = sock
+        self._protocol = protocol
+        self._book = book
+        self._loop = asyncio.get_running_loop()
+        self._task: asyncio.Task[None] | None = self._loop.create_task(self._accept())
+
+    @property
+    def sockets(self) -> tuple[socket.socket, ...]:
+        return () if self._task is None else (self._sock,)
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+            self._sock.close()
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    def is_serving(self) -> bool:
+        return self._task is not None
+
+    async def start_serving(self) -> None:
+        return None
+
+    async def serve_forever(self) -> None:
+        if self._task is not None:
+            await self._task
+
+    async def wait_closed(self) -> None:
+        return None
+
+    async def _accept(self) -> None:
+        loop = self._loop
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(self._sock)
+            except OSError as exc:
+                self._book.accept_failed(exc)
+                await asyncio.sleep(ACCEPT_RETRY_S)
+                continue
+            try:
+                await loop.connect_accepted_socket(self._protocol, conn)
+            except OSError as exc:
+                conn.close()
+                self._book.accept_failed(exc)
 
 
 async def read_body(request: web.Request, limits: ServerLimits) -> bytes:
