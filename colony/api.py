@@ -46,6 +46,9 @@ MAX_BODY = 10 * 1024 * 1024
 COLONY_KEY: web.AppKey[Colony] = web.AppKey("colony", Colony)
 CONNECTIONS_KEY: web.AppKey[Connections] = web.AppKey("connections", Connections)
 LIMITS_KEY: web.AppKey[ServerLimits] = web.AppKey("limits", ServerLimits)
+MAX_REQUEST_LINE = 64 * 1024
+"""Longest request line read (a read's filters, each up to ``TEXT_MAX`` characters, may take
+12 bytes a character percent-encoded)."""
 _THREAD_PARSE = 256 * 1024
 """Bodies larger than this are parsed and checked on a worker thread, off the event loop."""
 
@@ -373,7 +376,7 @@ def build_app(
 
 async def serve(app: web.Application, host: str, port: int) -> web.AppRunner:
     """Start serving; returns the runner (call ``cleanup()`` to stop)."""
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, max_line_size=MAX_REQUEST_LINE)
     await runner.setup()
     site = GuardedSite(runner, host, port, app[CONNECTIONS_KEY])
     await site.start()

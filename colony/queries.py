@@ -38,8 +38,9 @@ LIMIT_DEFAULT = 100
 LIMIT_MAX = 1000
 SCAN_BUDGET_DEFAULT = 5000
 SCAN_BUDGET_MAX = 50_000
-TEXT_MAX = 4096
-"""Longest text filter we read (a path, a code): longer is no filter anyone means."""
+TEXT_MAX = 256
+"""Longest text filter we read (a path, a code): longer is no filter anyone means, and every
+text filter of a read at this length, percent-encoded, fits the request line the API reads."""
 
 _WHOLE = re.compile(r"[+-]?[0-9]{1,40}")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
