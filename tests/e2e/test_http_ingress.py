@@ -117,7 +117,7 @@ async def test_a_non_utf8_idempotency_key_is_refused_with_400(api: Api) -> None:
     response = await api.client.post(
         "/messages",
         json={"target": "/", "body": USER},
-        headers={"Idempotency-Key": b"order-\xff\xfe"},
+        headers={b"Idempotency-Key": b"order-\xff\xfe"},
     )
     assert (response.status_code, response.json()["error"]) == (400, "invalid_idempotency_key")
     assert "UTF-8" in response.json()["detail"]

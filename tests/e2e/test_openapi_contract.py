@@ -51,7 +51,8 @@ class Server:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        assert self._loop is not None and self._stop is not None
+        assert self._loop is not None
+        assert self._stop is not None
         self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(60)
 
