@@ -104,7 +104,7 @@ CROSS_FIELD = {"/llm/chat"}
 
 @schema.parametrize()
 @settings(
-    max_examples=15,
+    max_examples=10,
     deadline=None,
     suppress_health_check=list(HealthCheck),
     derandomize=True,
