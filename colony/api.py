@@ -2,57 +2,80 @@
 
 Request → envelope or query; no routing logic here. Every error body has one shape,
 ``{"error": "<token>", "detail": "<what and why>"}`` (400 = unreadable, 404 = no such thing,
-422 = understood but refused). Bind loopback by default; a non-loopback bind needs a bearer
-token (``--api-token-env VAR``), checked on every route but ``/health``.
+422 = understood but refused, 429/503 = not now, with ``Retry-After``). Bind loopback by
+default; a non-loopback bind needs a bearer token (``--api-token-env VAR``), checked on every
+route but ``/health``. The reads are :mod:`colony.reads` with the filters of
+:mod:`colony.queries`, the same a cell gets by sending a message to ``/colony/<read>``; what a
+client may hold (connections, time, bytes in flight) is bounded by :mod:`colony.httpguard`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
-import json
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from aiohttp import web
 
+from colony import jsonwire, reads
+from colony.api_models import BodyRefused, post_message
 from colony.colony import Colony
 from colony.envelope import source_message
-from colony.openapi import OPENAPI
+from colony.httpguard import (
+    BodyTimeout,
+    Connections,
+    GuardedSite,
+    InFlight,
+    ServerLimits,
+    read_body,
+)
+from colony.openapi import document
 from colony.persist.db import (
     DeadLetterRow,
-    MessageLogEntry,
+    PersistenceError,
     delete_dead_letters,
     read_dead_letters,
-    read_messages,
 )
-from colony.ubf import body_problem
+from colony.queries import READS, DrainFilters, QueryError, parse_http
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-MAX_TTL = 2**32 - 1
 MAX_BODY = 10 * 1024 * 1024
 COLONY_KEY: web.AppKey[Colony] = web.AppKey("colony", Colony)
+CONNECTIONS_KEY: web.AppKey[Connections] = web.AppKey("connections", Connections)
+LIMITS_KEY: web.AppKey[ServerLimits] = web.AppKey("limits", ServerLimits)
+MAX_REQUEST_LINE = 64 * 1024
+"""Longest request line read (a read's filters, each up to ``TEXT_MAX`` characters, may take
+12 bytes a character percent-encoded)."""
+_THREAD_PARSE = 256 * 1024
+"""Bodies larger than this are parsed and checked on a worker thread, off the event loop."""
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, token: str, detail: str) -> None:
+    def __init__(
+        self, status: int, token: str, detail: str, *, retry_after: int | None = None
+    ) -> None:
         super().__init__(detail)
         self.status = status
         self.token = token
         self.detail = detail
+        self.retry_after = retry_after
 
 
-def error_response(status: int, token: str, detail: str) -> web.Response:
-    return web.json_response({"error": token, "detail": detail}, status=status)
+def json_response(data: Any, status: int = 200) -> web.Response:
+    """A JSON answer in standard JSON (never a bare NaN)."""
+    return web.json_response(data, status=status, dumps=jsonwire.dumps)
 
 
-def _limit(request: web.Request) -> int:
-    raw = request.query.get("limit", "100")
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ApiError(400, "bad_query", f"limit must be a whole number, got {raw!r}") from None
-    return min(max(value, 1), 1000)
+def error_response(
+    status: int, token: str, detail: str, *, retry_after: int | None = None
+) -> web.Response:
+    response = json_response({"error": token, "detail": detail}, status=status)
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(retry_after)
+    return response
 
 
 def _int_query(request: web.Request, name: str) -> int | None:
@@ -62,9 +85,9 @@ def _int_query(request: web.Request, name: str) -> int | None:
     try:
         value = int(raw)
     except ValueError:
-        raise ApiError(400, "bad_query", f"{name} must be a whole number, got {raw!r}") from None
+        raise ApiError(400, "bad_query", f"{name} must be a whole number") from None
     if not -(2**63) <= value < 2**63:  # what SQLite can compare against
-        raise ApiError(400, "bad_query", f"{name} is out of range: {raw!r} needs 64 bits or fewer")
+        raise ApiError(400, "bad_query", f"{name} is out of range: it needs 64 bits or fewer")
     return value
 
 
@@ -75,7 +98,7 @@ def _uuid_query(request: web.Request, name: str) -> str | None:
     try:
         uuid.UUID(raw)
     except ValueError:
-        raise ApiError(400, "bad_query", f"{name} must be a UUID, got {raw!r}") from None
+        raise ApiError(400, "bad_query", f"{name} must be a UUID") from None
     return raw
 
 
@@ -93,182 +116,97 @@ def dead_letter_dto(row: DeadLetterRow) -> dict[str, Any]:
     }
 
 
-def message_dto(row: MessageLogEntry) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "trace_id": row.trace_id,
-        "parent_message_id": row.parent_message_id,
-        "correlation_id": row.correlation_id,
-        "ttl": row.ttl,
-        "from_path": row.from_path,
-        "to_path": row.to_path,
-        "reply_to": row.reply_to,
-        "headers": row.headers,
-        "body_kind": row.body_kind,
-        "body": row.body,
-        "created_at": row.created_at,
-    }
+def _valid_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # aiohttp hands undecodable header bytes on as surrogates
+        return False
+    return True
+
+
+async def read_json(request: web.Request) -> Any:
+    """The request's JSON body, read within the body timeout and refused (400
+    ``invalid_json``) unless it is UTF-8 JSON with no lone surrogate, no NaN or Infinity and
+    at most :data:`colony.jsonwire.MAX_DEPTH` levels deep. Every JSON ingress reads this way."""
+    return await _parse(await read_body(request, request.app[LIMITS_KEY]))
+
+
+async def _parse(raw: bytes) -> Any:
+    try:
+        if len(raw) > _THREAD_PARSE:
+            return await asyncio.to_thread(jsonwire.loads, raw)
+        return jsonwire.loads(raw)
+    except jsonwire.JsonRefused as exc:
+        raise ApiError(400, "invalid_json", exc.detail) from None
 
 
 class Api:
-    def __init__(self, colony: Colony) -> None:
+    def __init__(self, colony: Colony, limits: ServerLimits | None = None) -> None:
         self.colony = colony
+        self.limits = limits or ServerLimits()
 
     @property
     def db_path(self) -> Any:
         return self.colony.db.path
 
     async def health(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "io_liveness": None})
+        return json_response({"status": "ok", "io_liveness": None})
 
     async def openapi(self, request: web.Request) -> web.Response:
-        return web.json_response(OPENAPI)
+        return json_response(request.app[DOCUMENT_KEY])
 
     async def post_message(self, request: web.Request) -> web.Response:
         kind = request.content_type
         if request.headers.get("Content-Type") and kind != "application/json":
             raise ApiError(415, "unsupported_media_type", "send the message as application/json")
-        raw = await request.read()
-        try:
-            doc = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ApiError(400, "invalid_json", f"the body is not JSON: {exc}") from None
-        if not isinstance(doc, dict):
-            raise ApiError(400, "invalid_json", "the body must be a JSON object")
-        target = doc.get("target")
-        if not isinstance(target, str) or not target:
-            raise ApiError(422, "invalid_target", "target must be a non-empty path string")
-        if "body" not in doc:
-            raise ApiError(422, "invalid_ubf_body", "body is required")
-        problem = body_problem(doc["body"])
-        if problem is not None:
-            raise ApiError(422, "invalid_ubf_body", problem)
-        context = doc.get("headers")
-        if context is not None and not isinstance(context, dict):
-            raise ApiError(422, "invalid_headers", "headers must be an object (it becomes context)")
-        hop = doc.get("hop")
-        if hop is not None and not isinstance(hop, dict):
-            raise ApiError(422, "invalid_hop", "hop must be an object")
-        ttl = doc.get("ttl")
-        if ttl is None:
-            ttl = self.colony.config.message_default_ttl
-        elif isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_TTL:
-            raise ApiError(422, "invalid_ttl", f"ttl must be a whole number in 1..{MAX_TTL}")
         key = request.headers.get("Idempotency-Key")
+        if key is not None and not _valid_text(key):
+            raise ApiError(
+                400, "invalid_idempotency_key", "Idempotency-Key is not valid UTF-8 text"
+            )
         if key is not None and not 1 <= len(key) <= 200:
             raise ApiError(422, "invalid_idempotency_key", "Idempotency-Key must be 1..200 chars")
-        message = source_message(target, doc["body"], ttl=ttl, context=context, hop=hop)
+        raw = await read_body(request, self.limits)
+        doc = await _parse(raw)
+        try:
+            accepted = post_message(doc)
+        except BodyRefused as exc:
+            status = 400 if exc.token == "invalid_json" else 422
+            raise ApiError(status, exc.token, exc.detail) from None
+        refusal = self.colony.admission(len(raw))
+        if refusal is not None:
+            raise ApiError(
+                refusal.status, refusal.token, refusal.detail, retry_after=refusal.retry_after_s
+            )
+        ttl = accepted.ttl if accepted.ttl is not None else self.colony.config.message_default_ttl
+        message = source_message(
+            accepted.target, accepted.body, ttl=ttl, context=accepted.headers, hop=accepted.hop
+        )
         taken = await self.colony.send(message, key=None if key is None else f"http:{key}")
         if not taken:
-            return web.json_response({"duplicate": True, "idempotency_key": key}, status=200)
-        return web.json_response(
-            {"message_id": message.id, "trace_id": message.trace_id}, status=202
-        )
+            return json_response({"duplicate": True, "idempotency_key": key}, status=200)
+        return json_response({"message_id": message.id, "trace_id": message.trace_id}, status=202)
 
-    async def registry(self, request: web.Request) -> web.Response:
-        path = request.query.get("path")
-        prefix = request.query.get("path_prefix")
-        kind = request.query.get("type")
-        active = request.query.get("active")
-        rows = []
-        for runner in self.colony.runners.values():
-            if path is not None and runner.path != path:
-                continue
-            if prefix is not None and not runner.path.startswith(prefix):
-                continue
-            if kind is not None and runner.type.name != kind:
-                continue
-            if active is not None and str(runner.active).lower() != active.lower():
-                continue
-            rows.append(
-                {
-                    "path": runner.path,
-                    "cell_id": runner.cell_id,
-                    "cell_type": runner.type.name,
-                    "lifecycle_status": runner.state.value,
-                    "active": runner.active,
-                    "failed": runner.state.value == "failed",
-                }
-            )
-        return web.json_response({"registry": rows[: _limit(request)]})
-
-    async def graph(self, request: web.Request) -> web.Response:
-        scope = request.query.get("scope", "/")
-
-        def inside(path: str) -> bool:
-            return scope == "/" or path == scope or path.startswith(scope.rstrip("/") + "/")
-
-        nodes = [
-            {"path": r.path, "cell_type": r.type.name}
-            for r in self.colony.runners.values()
-            if inside(r.path)
-        ]
-        nodes += [{"path": h, "cell_type": "hive"} for h in sorted(self.colony.hives) if inside(h)]
-        edges = []
-        for edge in self.colony.edges.all():
-            if not (inside(edge.from_path) or inside(edge.to_path)):
-                continue
-            item: dict[str, Any] = {"id": edge.id, "from": edge.from_path, "to": edge.to_path}
-            if edge.condition_source is not None:
-                item["condition"] = edge.condition_source
-            if edge.restore_ttl:
-                item["restore_ttl"] = True
-            edges.append(item)
-        return web.json_response(
-            {"graph": {"scope": scope, "graph_version": 0, "nodes": nodes, "edges": edges}}
-        )
-
-    async def trace(self, request: web.Request) -> web.Response:
-        trace_id = _uuid_query(request, "trace_id")
-        await self.colony.db.flush()
-        rows = read_messages(
-            self.db_path,
-            trace_id=trace_id,
-            to_path_prefix=request.query.get("path_prefix"),
-            since=_int_query(request, "since"),
-            limit=_limit(request),
-            oldest_first=True,
-        )
-        return web.json_response({"trace": [message_dto(r) for r in rows]})
-
-    async def messages(self, request: web.Request) -> web.Response:
-        await self.colony.db.flush()
-        rows = read_messages(
-            self.db_path,
-            trace_id=_uuid_query(request, "trace_id"),
-            message_id=_uuid_query(request, "id"),
-            to_path_prefix=request.query.get("to_path_prefix"),
-            from_path_prefix=request.query.get("from_path_prefix"),
-            since=_int_query(request, "since"),
-            limit=_limit(request),
-        )
-        return web.json_response({"messages": [message_dto(r) for r in rows]})
-
-    async def dead_letters(self, request: web.Request) -> web.Response:
-        await self.colony.db.flush()
-        rows = read_dead_letters(
-            self.db_path,
-            request.query.get("error_code"),
-            _int_query(request, "since"),
-            _limit(request),
-        )
-        return web.json_response({"dead_letters": [dead_letter_dto(r) for r in rows]})
+    async def read(self, request: web.Request) -> web.Response:
+        """``GET /colony/<read>``: :mod:`colony.reads` with the query string's filters."""
+        model = READS[request.path]
+        filters = parse_http(model, list(request.query.items()))
+        return json_response(await reads.read(self.colony, filters))
 
     async def drain_dead_letters(self, request: web.Request) -> web.Response:
-        await self.colony.db.flush()
-        ids = None
-        if "ids" in request.query:
-            try:
-                ids = [int(i) for i in request.query["ids"].split(",") if i]
-            except ValueError:
-                raise ApiError(400, "bad_query", "ids must be comma-separated numbers") from None
-        rows = delete_dead_letters(
+        filters = parse_http(DrainFilters, list(request.query.items()))
+        try:
+            await self.colony.db.flush()
+        except PersistenceError as exc:
+            raise ApiError(503, "storage_unavailable", str(exc), retry_after=5) from None
+        rows = await asyncio.to_thread(
+            delete_dead_letters,
             self.db_path,
-            error_code=request.query.get("error_code"),
-            since=_int_query(request, "since"),
-            ids=ids,
+            error_code=filters.error_code,
+            since=filters.since,
+            ids=None if filters.ids is None else list(filters.ids),
         )
-        return web.json_response({"dead_letters": [dead_letter_dto(r) for r in rows]})
+        return json_response({"dead_letters": [dead_letter_dto(r) for r in rows]})
 
     async def replay(self, request: web.Request) -> web.Response:
         try:
@@ -295,7 +233,10 @@ class Api:
         )
 
     async def events(self, request: web.Request) -> web.Response:
-        return web.json_response({"error": "deferred"}, status=501)
+        return json_response({"error": "deferred"}, status=501)
+
+
+DOCUMENT_KEY: web.AppKey[dict[str, Any]] = web.AppKey("openapi", dict)
 
 
 def _authorized(request: web.Request, token: str) -> bool:
@@ -304,42 +245,120 @@ def _authorized(request: web.Request, token: str) -> bool:
     return hmac.compare_digest(sent, f"Bearer {token}".encode("utf-8", "surrogateescape"))
 
 
+def _query_problem(request: web.Request) -> str | None:
+    """Why the query string is not text (aiohttp would quietly turn bad bytes into U+FFFD)."""
+    try:
+        unquote_to_bytes(request.rel_url.raw_query_string.replace("+", " ")).decode("utf-8")
+    except UnicodeDecodeError:
+        return "the query string is not valid UTF-8 once percent-decoded"
+    return None
+
+
 def build_app(
     colony: Colony,
     *,
     token: str | None = None,
     extra_routes: Mapping[tuple[str, str], Callable[[Colony, web.Request], Awaitable[web.Response]]]
     | None = None,
+    limits: ServerLimits | None = None,
 ) -> web.Application:
     """The aiohttp application; ``extra_routes`` come from the composition root (e.g. the llm
     cell's ``POST /llm/chat``), since the kernel never imports cells."""
+    limits = limits or ServerLimits()
+    connections = Connections(limits, colony.log)
+    in_flight = InFlight(limits.max_inflight_bytes)
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Marks the connection busy while a request is handled and its answer written (the
+        head deadline does not apply to it), and bounds the writing."""
+        conn = connections.guard_of(request)
+        if conn is not None:
+            conn.request_started()
+        try:
+            response = await handler(request)
+            try:
+                async with asyncio.timeout(limits.write_timeout_s):
+                    await response.prepare(request)
+                    await response.write_eof()
+            except TimeoutError:
+                if request.transport is not None:
+                    request.transport.abort()
+            except ConnectionError:
+                pass  # the client went away; aiohttp notes it when it finishes the response
+            return response
+        finally:
+            if conn is not None:
+                conn.request_finished()
 
     @web.middleware
     async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         if token is not None and request.path != "/health" and not _authorized(request, token):
             return error_response(401, "unauthorized", "send Authorization: Bearer <token>")
+        problem = _query_problem(request)
+        if problem is not None:
+            return error_response(400, "bad_query", problem)
+        held = 0
+        if request.body_exists:
+            held = min(request.content_length or MAX_BODY, MAX_BODY)
+            if not in_flight.take(held):
+                return error_response(
+                    429,
+                    "overloaded",
+                    f"the API holds {in_flight.held} bytes of requests, its bound is "
+                    f"{limits.max_inflight_bytes}; retry shortly",
+                    retry_after=limits.retry_after_s,
+                )
         try:
             return await handler(request)
         except ApiError as exc:
-            return error_response(exc.status, exc.token, exc.detail)
+            return error_response(exc.status, exc.token, exc.detail, retry_after=exc.retry_after)
+        except QueryError as exc:
+            return error_response(400, "bad_query", exc.detail)
+        except BodyTimeout as exc:
+            response = error_response(408, "body_timeout", exc.detail)
+            response.force_close()  # the rest of the body is never read
+            return response
+        except reads.ReadFailed as exc:
+            colony.log.error("api_read_failed", path=request.path, error=str(exc))
+            return error_response(503, "storage_unavailable", str(exc), retry_after=5)
+        except PersistenceError as exc:
+            colony.log.error("api_write_failed", path=request.path, error=str(exc))
+            return error_response(503, "storage_unavailable", str(exc), retry_after=5)
         except web.HTTPRequestEntityTooLarge:
             return error_response(413, "body_too_large", f"the body exceeds {MAX_BODY} bytes")
         except web.HTTPNotFound:
             return error_response(404, "not_found", f"no route {request.method} {request.path}")
-        except web.HTTPMethodNotAllowed:
-            return error_response(405, "method_not_allowed", f"{request.method} {request.path}")
+        except web.HTTPMethodNotAllowed as exc:
+            response = error_response(
+                405, "method_not_allowed", f"{request.method} is not served on {request.path}"
+            )
+            response.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
+            return response
+        except web.HTTPException:
+            raise
+        except Exception as exc:
+            colony.log.exception("api_internal_error", path=request.path, method=request.method)
+            return error_response(
+                500, "internal_error", f"the daemon failed on this request ({type(exc).__name__})"
+            )
+        finally:
+            in_flight.give(held)
 
-    app = web.Application(middlewares=[errors], client_max_size=MAX_BODY)
+    app = web.Application(middlewares=[guard, errors], client_max_size=MAX_BODY)
     app[COLONY_KEY] = colony
-    api = Api(colony)
+    app[CONNECTIONS_KEY] = connections
+    app[LIMITS_KEY] = limits
+    described: dict[str, Any] = {}
+    for route in (extra_routes or {}).values():
+        described.update(getattr(route, "openapi", {}))
+    app[DOCUMENT_KEY] = document(token_required=token is not None, extra=described)
+    api = Api(colony, limits)
     app.router.add_get("/health", api.health)
     app.router.add_get("/openapi.json", api.openapi)
     app.router.add_post("/messages", api.post_message)
-    app.router.add_get("/colony/registry", api.registry)
-    app.router.add_get("/colony/graph", api.graph)
-    app.router.add_get("/colony/trace", api.trace)
-    app.router.add_get("/colony/messages", api.messages)
-    app.router.add_get("/colony/dead_letters", api.dead_letters)
+    for path in READS:
+        app.router.add_get(path, api.read)
     app.router.add_delete("/colony/dead_letters", api.drain_dead_letters)
     app.router.add_post("/colony/dead_letters/{id}/replay", api.replay)
     app.router.add_get("/colony/events", api.events)
@@ -357,8 +376,8 @@ def build_app(
 
 async def serve(app: web.Application, host: str, port: int) -> web.AppRunner:
     """Start serving; returns the runner (call ``cleanup()`` to stop)."""
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, max_line_size=MAX_REQUEST_LINE)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = GuardedSite(runner, host, port, app[CONNECTIONS_KEY])
     await site.start()
     return runner

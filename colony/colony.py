@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from colony import reads
 from colony.activity import active_cells
 from colony.admission import Refusal
 from colony.cell import CellSpec, CellType, Emission, Output
@@ -40,6 +41,7 @@ from colony.ids import uuid7
 from colony.mailbox import MemoryMailbox
 from colony.paths import is_colony_endpoint
 from colony.persist.db import ColonyDb, PersistenceError, Unit
+from colony.queries import ANSWERING_ENDPOINTS
 from colony.routing import (
     Deliver,
     Endpoint,
@@ -550,6 +552,20 @@ class Colony:
             assert isinstance(decision, Endpoint)
             self.decisions += 1
             message.ttl = decision.ttl
+            if decision.resolved in ANSWERING_ENDPOINTS:
+                if message.reply_to is not None:
+                    reply = await reads.answer(self, decision.resolved, message)
+                    work.append((reads.REPLY_SENDER, reply))
+                else:
+                    self.log.warning(
+                        "colony_read_unanswered",
+                        endpoint=decision.resolved,
+                        sender=sender,
+                        trace_id=message.trace_id,
+                        message_id=message.id,
+                        detail="the message has no reply_to, so nobody receives the answer",
+                    )
+                return
             self._dead(
                 DeadLetterCode.COLONY_ENDPOINT_UNIMPLEMENTED,
                 sender,

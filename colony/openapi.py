@@ -1,14 +1,28 @@
-"""The OpenAPI document served at ``/openapi.json`` (tested against the behaviour)."""
+"""The OpenAPI document served at ``/openapi.json``, generated from the models the handlers
+validate with: the read filters of :mod:`colony.queries`, the ``POST /messages`` body of
+:mod:`colony.api_models` (with the UBF schema of :mod:`colony.ubf`), and the path items that
+mounted routes describe themselves (``POST /llm/chat``, from ``cells.llm.chat_endpoint``). A
+parameter or field the server refuses cannot appear here, and the test suite runs
+schemathesis against the result.
+"""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from typing import Any
+
+from pydantic import BaseModel
+
+from colony.api_models import PostMessage
+from colony.queries import READS, DrainFilters, Filters
 
 _ERROR = {
     "type": "object",
     "required": ["error"],
     "properties": {"error": {"type": "string"}, "detail": {"type": "string"}},
 }
+_DROP = ("title", "default", "description")
 
 
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -19,27 +33,75 @@ def _errors(*codes: int) -> dict[str, Any]:
     return {str(code): _json(_ERROR, "error") for code in codes}
 
 
-def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": "query",
-        "required": False,
-        "schema": schema,
-        "description": description,
-    }
+def _clean(schema: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in schema.items() if k not in _DROP}
 
 
-_LIMIT = _query("limit", {"type": "integer"}, "1..1000 (clamped), default 100")
-_SINCE = _query("since", {"type": "integer"}, "unix seconds")
-_TRACE = _query("trace_id", {"type": "string", "format": "uuid"}, "a trace id")
+def parameters(model: type[Filters]) -> list[dict[str, Any]]:
+    """The query parameters of a filter model, as the HTTP door reads them."""
+    properties = model.model_json_schema()["properties"]
+    return [
+        {
+            "name": name,
+            "in": "query",
+            "required": False,
+            "description": schema.get("description", ""),
+            "schema": _clean(schema),
+        }
+        for name, schema in properties.items()
+    ]
 
-OPENAPI: dict[str, Any] = {
-    "openapi": "3.0.3",
-    "info": {"title": "colony daemon", "version": "1"},
-    "paths": {
+
+def body_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """A request body model's schema, flattened for OpenAPI 3.0 (no ``$defs``)."""
+    schema = model.model_json_schema()
+    properties = {name: _clean(prop) for name, prop in schema["properties"].items()}
+    out: dict[str, Any] = {"type": "object", "properties": properties}
+    if schema.get("required"):
+        out["required"] = schema["required"]
+    if schema.get("additionalProperties") is False:
+        out["additionalProperties"] = False
+    return out
+
+
+_ROWS = {"type": "array", "items": {"type": "object"}}
+_READ_ANSWERS: dict[str, dict[str, Any]] = {
+    "registry": {"registry": _ROWS},
+    "graph": {"graph": {"type": "object", "required": ["scope", "nodes", "edges"]}},
+    "trace": {"trace": _ROWS},
+    "messages": {
+        "messages": _ROWS,
+        "next": {"type": "object", "nullable": True},
+        "scan_budget": {"type": "integer"},
+        "scan_truncated": {"type": "boolean"},
+    },
+    "dead_letters": {"dead_letters": _ROWS},
+}
+_SUMMARIES = {
+    "registry": "Cells",
+    "graph": "Nodes, and the edges with both ends inside the scope",
+    "trace": "Message-log rows of a trace, oldest first",
+    "messages": "Message-log rows, newest first, in pages",
+    "dead_letters": "Dead letters, oldest first",
+}
+
+
+def _answer(slot: str) -> dict[str, Any]:
+    shape = _READ_ANSWERS[slot]
+    return {"type": "object", "required": sorted(shape), "properties": shape}
+
+
+def document(
+    *, token_required: bool = False, extra: Mapping[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The document; ``extra`` holds the path items of routes the composition root mounts
+    (``POST /llm/chat`` describes itself: the kernel never imports cells)."""
+    busy = _errors(429, 503)  # every route with a body may be told to come back later
+    paths: dict[str, Any] = {
         "/health": {
             "get": {
                 "summary": "Liveness",
+                "security": [],
                 "responses": {"200": _json({"type": "object"}, "alive")},
             }
         },
@@ -57,32 +119,19 @@ OPENAPI: dict[str, Any] = {
                 ],
                 "requestBody": {
                     "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": {
-                                "type": "object",
-                                "required": ["target", "body"],
-                                "properties": {
-                                    "target": {"type": "string"},
-                                    "body": {"type": "object"},
-                                    "headers": {"type": "object", "nullable": True},
-                                    "hop": {"type": "object", "nullable": True},
-                                    "ttl": {"type": "integer", "minimum": 1, "maximum": 4294967295},
-                                },
-                            }
-                        }
-                    },
+                    "content": {"application/json": {"schema": body_schema(PostMessage)}},
                 },
                 "responses": {
                     "202": _json(
                         {
                             "type": "object",
+                            "required": ["message_id", "trace_id"],
                             "properties": {
                                 "message_id": {"type": "string"},
                                 "trace_id": {"type": "string"},
                             },
                         },
-                        "accepted",
+                        "accepted: committed to colony.db",
                     ),
                     "200": _json(
                         {
@@ -94,99 +143,60 @@ OPENAPI: dict[str, Any] = {
                         },
                         "a message with this Idempotency-Key was taken in before; nothing routed",
                     ),
-                    **_errors(400, 415, 422),
+                    **_errors(400, 408, 413, 415, 422),
+                    **busy,
                 },
             }
         },
-        "/colony/registry": {
+    }
+    for endpoint, model in READS.items():
+        slot = endpoint.rsplit("/", 1)[-1]
+        paths[endpoint] = {
             "get": {
-                "summary": "Cells",
-                "parameters": [
-                    _query("path", {"type": "string"}, "exact path"),
-                    _query("path_prefix", {"type": "string"}, "path prefix"),
-                    _query("type", {"type": "string"}, "cell type"),
-                    _query("active", {"type": "string"}, "true or false"),
-                    _LIMIT,
-                ],
-                "responses": {"200": _json({"type": "object"}, "registry"), **_errors(400)},
-            }
-        },
-        "/colony/graph": {
-            "get": {
-                "summary": "Nodes and edges",
-                "parameters": [_query("scope", {"type": "string"}, "a hive path, default /")],
-                "responses": {"200": _json({"type": "object"}, "graph")},
-            }
-        },
-        "/colony/trace": {
-            "get": {
-                "summary": "Message-log rows of a trace, oldest first",
-                "parameters": [
-                    _TRACE,
-                    _query("path_prefix", {"type": "string"}, "to_path prefix"),
-                    _SINCE,
-                    _LIMIT,
-                ],
-                "responses": {"200": _json({"type": "object"}, "trace"), **_errors(400)},
-            }
-        },
-        "/colony/messages": {
-            "get": {
-                "summary": "Message-log rows, newest first",
-                "parameters": [
-                    _TRACE,
-                    _query("id", {"type": "string", "format": "uuid"}, "a message id"),
-                    _query("to_path_prefix", {"type": "string"}, "to_path prefix"),
-                    _query("from_path_prefix", {"type": "string"}, "from_path prefix"),
-                    _SINCE,
-                    _LIMIT,
-                ],
-                "responses": {"200": _json({"type": "object"}, "messages"), **_errors(400)},
-            }
-        },
-        "/colony/dead_letters": {
-            "get": {
-                "summary": "Dead letters, oldest first",
-                "parameters": [_query("error_code", {"type": "string"}, "a code"), _SINCE, _LIMIT],
-                "responses": {"200": _json({"type": "object"}, "dead letters"), **_errors(400)},
-            },
-            "delete": {
-                "summary": "Remove dead letters (all, or those matching the filters); returns them",
-                "parameters": [
-                    _query("error_code", {"type": "string"}, "a code"),
-                    _SINCE,
-                    _query("ids", {"type": "string"}, "comma-separated ids"),
-                ],
-                "responses": {"200": _json({"type": "object"}, "removed"), **_errors(400)},
-            },
-        },
-        "/colony/dead_letters/{id}/replay": {
-            "post": {
-                "summary": "Re-drive a dead letter: fresh TTL, new message id, same trace",
-                "parameters": [
-                    {"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}}
-                ],
-                "responses": {"202": _json({"type": "object"}, "re-driven"), **_errors(400, 404)},
-            }
-        },
-        "/colony/events": {
-            "get": {"summary": "Not yet", "responses": {"501": _json(_ERROR, "deferred")}}
-        },
-        "/llm/chat": {
-            "post": {
-                "summary": "One llm turn (a loop turn with tools) on the llm cell ?cell=",
-                "parameters": [
-                    {"name": "cell", "in": "query", "required": True, "schema": {"type": "string"}}
-                ],
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": {"type": "object"}}},
-                },
+                "summary": _SUMMARIES[slot],
+                "parameters": parameters(model),
                 "responses": {
-                    "200": _json({"type": "object"}, "the reply"),
-                    **_errors(400, 404, 409, 422, 502, 503),
+                    "200": _json(_answer(slot), slot),
+                    **_errors(400, 503),
                 },
             }
-        },
-    },
-}
+        }
+    paths["/colony/dead_letters"]["delete"] = {
+        "summary": "Remove dead letters (all, or those matching the filters); returns them",
+        "parameters": parameters(DrainFilters),
+        "responses": {"200": _json(_answer("dead_letters"), "removed"), **_errors(400, 503)},
+    }
+    paths["/colony/dead_letters/{id}/replay"] = {
+        "post": {
+            "summary": "Re-drive a dead letter: fresh TTL, new message id, same trace",
+            "parameters": [
+                {
+                    "name": "id",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1},
+                }
+            ],
+            "responses": {
+                "202": _json({"type": "object"}, "re-driven"),
+                **_errors(400, 404, 409),
+                **busy,
+            },
+        }
+    }
+    paths["/colony/events"] = {
+        "get": {"summary": "Not yet", "responses": {"501": _json(_ERROR, "deferred")}}
+    }
+    paths.update(copy.deepcopy(dict(extra or {})))
+    doc: dict[str, Any] = {
+        "openapi": "3.0.3",
+        "info": {"title": "colony daemon", "version": "1"},
+        "paths": paths,
+    }
+    if token_required:
+        doc["components"] = {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}}
+        doc["security"] = [{"bearer": []}]
+        for item in paths.values():
+            for operation in item.values():
+                operation.setdefault("responses", {}).update(_errors(401))
+    return doc

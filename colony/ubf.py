@@ -20,23 +20,29 @@ _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4
 _SHA256 = re.compile(r"^[a-f0-9]{64}$")
 
 
+def _names(keys: Any) -> str:
+    # A body built in Python (not parsed from JSON) may have keys that are not strings.
+    return ", ".join(sorted(str(key) for key in keys))
+
+
 def _turn_problem(index: int, turn: Any) -> str | None:
     where = f"messages[{index}]"
     if not isinstance(turn, dict):
         return f"{where} must be an object"
     if len(turn) == 1 and ("text_id" in turn or "messages_id" in turn):
         ((key, value),) = turn.items()
-        if not isinstance(value, str) or not _UUID.match(value):
+        if not isinstance(value, str) or not _UUID.fullmatch(value):
             return f"{where}.{key} must be a UUID"
         return None
     extra = turn.keys() - _TURN_KEYS
     if extra:
-        return f"{where} has unknown key(s) {', '.join(sorted(extra))}"
+        return f"{where} has unknown key(s) {_names(extra)}"
+    # Membership is tested only on strings: an object or array is unhashable.
     origin = turn.get("origin")
-    if origin not in ORIGINS:
+    if not isinstance(origin, str) or origin not in ORIGINS:
         return f"{where}.origin must be one of {', '.join(sorted(ORIGINS))}"
     turn_type = turn.get("type")
-    if turn_type not in TURN_TYPES:
+    if not isinstance(turn_type, str) or turn_type not in TURN_TYPES:
         return f"{where}.type must be one of {', '.join(sorted(TURN_TYPES))}"
     for key in ("text", "id", "happened_at"):
         if key in turn and not isinstance(turn[key], str):
@@ -52,9 +58,9 @@ def _attachment_problem(index: int, item: Any) -> str | None:
         return f"{where} must be an object"
     extra = item.keys() - _ATTACHMENT_KEYS
     if extra:
-        return f"{where} has unknown key(s) {', '.join(sorted(extra))}"
+        return f"{where} has unknown key(s) {_names(extra)}"
     blob_id = item.get("blob_id")
-    if not isinstance(blob_id, str) or not _UUID.match(blob_id):
+    if not isinstance(blob_id, str) or not _UUID.fullmatch(blob_id):
         return f"{where}.blob_id must be a UUID"
     if not isinstance(item.get("mime_type"), str):
         return f"{where}.mime_type must be a string"
@@ -68,7 +74,7 @@ def _attachment_problem(index: int, item: Any) -> str | None:
     ):
         return f"{where}.filename must be a string or null"
     if "sha256" in item and (
-        not isinstance(item["sha256"], str) or not _SHA256.match(item["sha256"])
+        not isinstance(item["sha256"], str) or not _SHA256.fullmatch(item["sha256"])
     ):
         return f"{where}.sha256 must be 64 lowercase hex digits"
     return None
@@ -99,3 +105,67 @@ def body_problem(body: Any) -> str | None:
     if "system" in body and not isinstance(body["system"], dict):
         return "system must be an object"
     return None
+
+
+_UUID_SCHEMA = {"type": "string", "pattern": _UUID.pattern}
+_TURN_PROPERTIES = {
+    "origin": {"type": "string", "enum": sorted(ORIGINS)},
+    "text": {"type": "string"},
+    "id": {"type": "string"},
+    "happened_at": {"type": "string"},
+}
+
+
+def _turn_schema(types: frozenset[str], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": required,
+        "properties": {**_TURN_PROPERTIES, "type": {"type": "string", "enum": sorted(types)}},
+    }
+
+
+def _pointer_schema(key: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": [key],
+        "properties": {key: _UUID_SCHEMA},
+    }
+
+
+UBF_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "A UBF body: at least one of system, messages, attachments.",
+    "anyOf": [{"required": ["system"]}, {"required": ["messages"]}, {"required": ["attachments"]}],
+    "properties": {
+        "system": {"type": "object"},
+        "messages": {
+            "type": "array",
+            "items": {
+                "anyOf": [
+                    _turn_schema(TURN_TYPES - _ID_REQUIRED, ["origin", "type"]),
+                    _turn_schema(_ID_REQUIRED, ["origin", "type", "id"]),
+                    _pointer_schema("text_id"),
+                    _pointer_schema("messages_id"),
+                ]
+            },
+        },
+        "attachments": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["blob_id", "mime_type", "size_bytes"],
+                "properties": {
+                    "blob_id": _UUID_SCHEMA,
+                    "mime_type": {"type": "string"},
+                    "filename": {"type": "string", "nullable": True},
+                    "size_bytes": {"type": "integer", "minimum": 0},
+                    "sha256": {"type": "string", "pattern": _SHA256.pattern},
+                },
+            },
+        },
+    },
+}
+"""The JSON Schema (OpenAPI 3.0 dialect) of exactly what :func:`body_problem` accepts."""

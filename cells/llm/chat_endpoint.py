@@ -11,11 +11,15 @@ the llm cell's language.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
 from cells.llm.cell import LlmCell
-from cells.llm.loop import ERROR_CODES, LOOP_FIELDS, LoopError, parse_request
+from cells.llm.loop import CONVERSATION, ERROR_CODES, LOOP_FIELDS, LoopError, parse_request
 from cells.llm.system import PromptError, prompt_of
+from colony.api import ApiError, json_response, read_json
 
 SUPPORTED = ("prompt", "messages", "system", "params", *LOOP_FIELDS)
 SUPPORTED_PARAMS = ("provider", "model", "max_tokens", "timeout_ms")
@@ -107,26 +111,119 @@ async def _chat(cell: LlmCell, payload: Any, trace_id: str) -> dict[str, Any]:
     return result.reply
 
 
+_DURATION = {
+    "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": "^[0-9]+[smhd]?$"}]
+}
+_OBJECTS = {"type": "array", "items": {"type": "object"}}
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ChatTurn(_Closed):
+    role: Literal["user", "assistant"]
+    content: Annotated[str, Field(min_length=1)]
+
+
+class ChatParams(_Closed):
+    provider: str | None = None
+    model: Annotated[str, Field(min_length=1)] | None = None
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    timeout_ms: Annotated[int, Field(ge=1)] | None = None
+
+
+class ChatRequest(_Closed):
+    """The top-level shape of a ``POST /llm/chat`` request (what the OpenAPI document says);
+    the loop-turn rules that tie fields together are :func:`llm_chat`'s."""
+
+    prompt: Annotated[str, Field(min_length=1)] | None = None
+    messages: Annotated[list[ChatTurn], Field(min_length=1)] | None = None
+    system: str | None = None
+    params: ChatParams | None = None
+    tools: Annotated[list[dict[str, Any]], WithJsonSchema(_OBJECTS)] | None = None
+    conversation: Annotated[str, Field(pattern=CONVERSATION.pattern)] | None = None
+    turn: Annotated[int, Field(ge=1)] | Annotated[str, Field(pattern="^[0-9]+$")] | None = None
+    results: Annotated[list[dict[str, Any]], WithJsonSchema(_OBJECTS)] | None = None
+    ttl: Annotated[int | str, WithJsonSchema(_DURATION)] | None = None
+    retention: Annotated[int | str, WithJsonSchema(_DURATION)] | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+
+
+def _chat_path_item() -> dict[str, Any]:
+    from colony.openapi import body_schema
+
+    errors = {
+        "type": "object",
+        "required": ["error"],
+        "properties": {"error": {"type": "string"}, "detail": {"type": "string"}},
+    }
+    error = {"description": "error", "content": {"application/json": {"schema": errors}}}
+    return {
+        "post": {
+            "summary": "One llm turn (a loop turn with tools) on the llm cell ?cell=",
+            "parameters": [
+                {
+                    "name": "cell",
+                    "in": "query",
+                    "required": True,
+                    "schema": {"type": "string", "minLength": 1},
+                }
+            ],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": body_schema(ChatRequest)}},
+            },
+            "responses": {
+                "200": {
+                    "description": "the reply",
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                },
+                **{str(code): error for code in (400, 404, 408, 409, 413, 415, 422, 429, 502, 503)},
+            },
+        }
+    }
+
+
+def _refusal(exc: ValidationError) -> str:
+    """A pydantic error as a sentence of ours (no "Value error," prefix, no echoed input)."""
+    error = exc.errors(include_url=False, include_input=False)[0]
+    where = ".".join(str(part) for part in error["loc"]) or "the body"
+    if error["type"] == "extra_forbidden":
+        return f"{where} is not supported - supported: {', '.join(SUPPORTED)}"
+    return f"{where}: {error['msg'][0].lower()}{error['msg'][1:]}"
+
+
 class ChatRoute:
     """``POST /llm/chat?cell=/path`` for the HTTP API: one engine per llm cell, reused."""
+
+    openapi: ClassVar[dict[str, Any]] = {"/llm/chat": _chat_path_item()}
+    """The route's path item for the API's OpenAPI document."""
 
     def __init__(self) -> None:
         self._engines: dict[str, LlmCell] = {}
 
-    async def __call__(self, colony: Any, request: Any) -> Any:
-        from aiohttp import web
-
-        path = request.query.get("cell")
-        runner = colony.runners.get(path) if path else None
-        if runner is None or runner.type.name != "llm":
-            return web.json_response(
-                {"error": "not_found", "detail": f"no llm cell at {path!r} (use ?cell=/path)"},
-                status=404,
+    async def __call__(self, colony: Any, request: web.Request) -> web.Response:
+        unknown = sorted(set(request.query) - {"cell"})
+        if unknown:
+            raise ApiError(
+                400, "bad_query", f"{unknown[0]} is not a parameter; this route takes cell"
             )
+        path = request.query.get("cell")
+        if not path:
+            raise ApiError(400, "bad_query", "name the llm cell: POST /llm/chat?cell=/path")
+        runner = colony.runners.get(path)
+        if runner is None or runner.type.name != "llm":
+            raise ApiError(
+                404, "not_found", f"no llm cell at {path} (cells of type llm answer here)"
+            )
+        if request.headers.get("Content-Type") and request.content_type != "application/json":
+            raise ApiError(415, "unsupported_media_type", "send the request as application/json")
+        payload = await read_json(request)
         try:
-            payload = await request.json(loads=_loads)
-        except ValueError as exc:
-            return web.json_response({"error": "invalid_json", "detail": str(exc)}, status=400)
+            ChatRequest.model_validate(payload)
+        except ValidationError as exc:
+            raise ApiError(400, "invalid_request", _refusal(exc)) from None
         engine = self._engines.get(path)
         if engine is None:
             engine = self._engines[path] = LlmCell(runner.spec)
@@ -134,15 +231,9 @@ class ChatRoute:
         if status != 200:
             token = ERROR_CODES.get(status, "provider_error")
             body = {"error": token, "detail": body["error"]}
-        return web.json_response(body, status=status)
+        return json_response(body, status=status)
 
     async def close(self) -> None:
         for engine in self._engines.values():
             await engine.close()
         self._engines.clear()
-
-
-def _loads(text: str) -> Any:
-    import json
-
-    return json.loads(text)

@@ -35,23 +35,12 @@ from colony.config.substitute import (
 )
 from colony.expressions import Engine, ExpressionSyntaxError, default_engine
 from colony.gc_pause import gc_paused
+from colony.queries import ANSWERING_ENDPOINTS as COLONY_ENDPOINTS
 
 if TYPE_CHECKING:
     from colony.cell import ParamsCheck
 
 HIVE = "hive"
-
-COLONY_ENDPOINTS = frozenset(
-    {
-        "/colony/graph",
-        "/colony/mutations",
-        "/colony/registry",
-        "/colony/templates",
-        "/colony/templates/rescan",
-        "/colony/trace",
-    }
-)
-"""``/colony/*`` paths a message can be routed to and get an answer from."""
 
 _MECLAW_ONLY_TYPES = frozenset({"edit", "mcp", "harness", "subcolony", "vault"})
 

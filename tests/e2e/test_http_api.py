@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cells.llm.chat_endpoint import ChatRoute
 from colony.api import build_app, serve
 from colony.testing import ColonyHarness
 from tests.conftest import TreeFactory, cell, hive
@@ -41,13 +42,16 @@ async def api(make_tree: TreeFactory) -> AsyncIterator[Api]:
         }
     )
     async with ColonyHarness(tree, capture=["/sink"]) as colony:
-        runner = await serve(build_app(colony.colony, token=None), "127.0.0.1", 0)
+        chat = ChatRoute()
+        app = build_app(colony.colony, token=None, extra_routes={("POST", "/llm/chat"): chat})
+        runner = await serve(app, "127.0.0.1", 0)
         port = runner.addresses[0][1]
         async with httpx.AsyncClient(
             base_url=f"http://127.0.0.1:{port}", trust_env=False
         ) as client:
             yield Api(colony, client)
         await runner.cleanup()
+        await chat.close()
 
 
 async def test_a_posted_message_is_routed_and_its_trace_is_readable(api: Api) -> None:
@@ -243,3 +247,151 @@ async def test_no_request_the_document_allows_makes_the_api_fail(
     got = await api.client.get(path, params=params)
     assert got.status_code in (200, 400), got.text
     assert isinstance(got.json(), dict)
+
+
+async def routed(api: Api) -> tuple[str, list[dict[str, Any]]]:
+    """Post one message through /box/echo to /sink; its trace rows, oldest first."""
+    response = await api.client.post(
+        "/messages", json={"target": "/", "body": USER, "hop": {"go": True}}
+    )
+    trace = response.json()["trace_id"]
+    await api.colony.settle()
+    rows = (await api.client.get("/colony/trace", params={"trace_id": trace})).json()["trace"]
+    return trace, rows
+
+
+async def test_message_rows_carry_meclaws_headers_json_and_body_payload_strings(api: Api) -> None:
+    trace, rows = await routed(api)
+    listed = (await api.client.get("/colony/messages", params={"trace_id": trace})).json()
+    assert {"messages", "next", "scan_budget", "scan_truncated"} == set(listed)
+    assert (listed["scan_budget"], listed["scan_truncated"]) == (5000, False)
+    for row in [*rows, *listed["messages"]]:
+        assert isinstance(row["headers_json"], str)
+        assert isinstance(row["body_payload"], str)
+        assert json.loads(row["headers_json"]) == row["headers"]
+        assert json.loads(row["body_payload"]) == row["body"]
+    assert rows[0]["body"] == USER
+
+
+async def test_every_messages_filter_meclaw_accepts_filters(api: Api) -> None:
+    trace, rows = await routed(api)
+    await routed(api)  # a second trace the filters must leave out
+
+    async def ids(**params: Any) -> list[str]:
+        response = await api.client.get("/colony/messages", params=params)
+        assert response.status_code == 200, response.text
+        return [row["id"] for row in response.json()["messages"]]
+
+    # Newest first means by (created_at, id) descending, meclaw's order and its page cursor's.
+    order = sorted(rows, key=lambda row: (row["created_at"], row["id"]), reverse=True)
+    newest_first = [row["id"] for row in order]
+    assert await ids(trace_id=trace) == newest_first
+    assert await ids(parent_message_id=rows[1]["id"]) == [rows[2]["id"]]
+    from_box = [row["id"] for row in order if row["from_path"].startswith("/box")]
+    assert await ids(trace_id=trace, from_path_prefix="/box") == from_box
+    assert await ids(trace_id=trace, to_path_prefix="/box/") == [rows[2]["id"]]
+    assert await ids(trace_id=trace, body_kind="blob") == []
+    assert await ids(trace_id=trace, until=0) == []
+    assert await ids(trace_id=trace, since=rows[0]["created_at"]) == newest_first
+    assert await ids(trace_id=trace, correlation_id="00000000-0000-7000-8000-000000000000") == []
+    page = (await api.client.get("/colony/messages", params={"trace_id": trace, "limit": 2})).json()
+    assert [row["id"] for row in page["messages"]] == newest_first[:2]
+    cursor = page["next"]
+    assert (
+        await ids(trace_id=trace, before_created_at=cursor["created_at"], before_id=cursor["id"])
+        == newest_first[2:]
+    )
+    assert await ids(trace_id=trace, before_id=cursor["id"]) == newest_first[2:]
+    budget = (
+        await api.client.get("/colony/messages", params={"scan_budget": 2, "body_kind": "inline"})
+    ).json()
+    assert (budget["scan_budget"], budget["scan_truncated"]) == (2, True)
+    assert await ids(id=rows[0]["id"]) == [rows[0]["id"]]
+
+
+async def test_trace_filters_by_correlation_id_and_error(api: Api) -> None:
+    trace, rows = await routed(api)
+    assert len(rows) == 4
+    errors = await api.client.get("/colony/trace", params={"trace_id": trace, "error": "true"})
+    assert errors.json()["trace"] == []
+    other = await api.client.get(
+        "/colony/trace",
+        params={"trace_id": trace, "correlation_id": "00000000-0000-7000-8000-000000000000"},
+    )
+    assert other.json()["trace"] == []
+    only_box = await api.client.get(
+        "/colony/trace", params={"trace_id": trace, "path_prefix": "/box"}
+    )
+    assert [r["to_path"] for r in only_box.json()["trace"]] == ["/box", "/box/echo"]
+
+
+@pytest.mark.parametrize(
+    ("path", "params"),
+    [
+        ("/colony/messages", {"colour": "red"}),
+        ("/colony/messages", {"parent_message_id": "not-a-uuid"}),
+        ("/colony/messages", {"before_id": "123"}),
+        ("/colony/messages", {"until": "soon"}),
+        ("/colony/messages", {"body_kind": "inlined"}),
+        ("/colony/messages", {"scan_budget": "lots"}),
+        ("/colony/trace", {"correlation_id": "xyz"}),
+        ("/colony/trace", {"error": "yes"}),
+        ("/colony/trace", {"trace": "x"}),
+        ("/colony/registry", {"active": "1"}),
+        ("/colony/registry", {"kind": "code"}),
+        ("/colony/graph", {"scopes": "/"}),
+        ("/colony/dead_letters", {"code": "x"}),
+        ("/colony/dead_letters", {"limit": "1e3"}),
+        ("/colony/dead_letters", {"since": "١٢"}),
+    ],
+)
+async def test_an_unknown_or_malformed_filter_is_400_bad_query(
+    api: Api, path: str, params: dict[str, str]
+) -> None:
+    response = await api.client.get(path, params=params)
+    assert (response.status_code, response.json()["error"]) == (400, "bad_query"), response.text
+    assert next(iter(params)) in response.json()["detail"]
+
+
+async def test_a_filter_given_twice_is_400_bad_query(api: Api) -> None:
+    response = await api.client.get("/colony/messages?limit=1&limit=2")
+    assert (response.status_code, response.json()["error"]) == (400, "bad_query")
+
+
+async def test_a_bad_uuid_detail_never_echoes_the_rejected_value(api: Api) -> None:
+    secret = "sk-live-0123456789"
+    for path, name in [
+        ("/colony/trace", "trace_id"),
+        ("/colony/trace", "correlation_id"),
+        ("/colony/messages", "id"),
+        ("/colony/messages", "before_id"),
+    ]:
+        response = await api.client.get(path, params={name: secret})
+        assert response.status_code == 400
+        assert secret not in response.text
+        assert name in response.json()["detail"]
+
+
+async def test_graph_scope_returns_only_edges_with_both_ends_inside(api: Api) -> None:
+    graph = (await api.client.get("/colony/graph", params={"scope": "/box"})).json()["graph"]
+    assert {n["path"] for n in graph["nodes"]} == {"/box", "/box/echo"}
+    assert [(e["from"], e["to"]) for e in graph["edges"]] == [("/box", "/box/echo")]
+    whole = (await api.client.get("/colony/graph")).json()["graph"]
+    assert ("/box/echo", "/sink") in {(e["from"], e["to"]) for e in whole["edges"]}
+
+
+async def test_registry_and_dead_letter_filters_filter(api: Api) -> None:
+    inactive = await api.client.get("/colony/registry", params={"active": "false"})
+    assert inactive.json()["registry"] == []
+    by_path = await api.client.get("/colony/registry", params={"path": "/box/echo"})
+    assert [r["path"] for r in by_path.json()["registry"]] == ["/box/echo"]
+    await api.client.post("/messages", json={"target": "/nowhere", "body": USER})
+    await api.colony.settle()
+    letters = await api.client.get(
+        "/colony/dead_letters", params={"error_code": "unresolved_path", "since": 0}
+    )
+    [letter] = letters.json()["dead_letters"]
+    assert letter["message_id"]
+    assert letter["resolved_target"] == "/nowhere"
+    later = await api.client.get("/colony/dead_letters", params={"since": 2**40})
+    assert later.json()["dead_letters"] == []

@@ -23,12 +23,14 @@ from hypothesis import strategies as st
 
 from cells.llm.chat_endpoint import ChatRoute
 from colony.api import build_app, serve
-from colony.openapi import OPENAPI
+from colony.openapi import document
 from colony.testing import ColonyHarness, ScriptedAnthropic, anthropic_text
 from tests.conftest import TreeFactory, cell, hive
 from tests.fuzz.strategies import json_values, mostly
 
 USER = {"messages": [{"origin": "user", "type": "text", "text": "hi"}]}
+OPENAPI = document(extra=ChatRoute.openapi)
+"""What the fixture's server serves (it mounts ``POST /llm/chat``)."""
 CLIENT_ERRORS = {400, 404, 405, 409, 413, 415, 422}
 """What any route may answer to a request it cannot serve (the middleware's shapes)."""
 
