@@ -519,12 +519,12 @@ async def test_without_ttl_notice_a_ttl_death_is_only_a_dead_letter(make_tree: T
 # -- rule 21 ----------------------------------------------------------------------------------
 
 
-async def test_an_emission_to_colony_dead_letters_is_one_unimplemented_dead_letter(
+async def test_an_emission_to_an_unanswering_colony_endpoint_is_one_unimplemented_dead_letter(
     make_tree: TreeFactory,
 ) -> None:
     tree = {
         "main/config.json": hive({"from": ".", "to": "./a"}, {"from": "./a", "to": "/sink"}),
-        "main/a/config.json": cell("echo", {"target": "/colony/dead_letters"}),
+        "main/a/config.json": cell("echo", {"target": "/colony/events"}),
     }
     async with harness(make_tree(tree)) as colony:
         await colony.send("/", user())

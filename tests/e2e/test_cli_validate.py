@@ -107,7 +107,7 @@ WARNING_TREES: dict[str, tuple[dict[str, Any], str]] = {
         "dangling_endpoint",
     ),
     "unknown colony endpoint": (
-        {"main/config.json": hive({"from": ".", "to": "/colony/dead_letters"})},
+        {"main/config.json": hive({"from": ".", "to": "/colony/events"})},
         "colony_endpoint_unknown",
     ),
 }
