@@ -25,6 +25,16 @@ class LeaseHeldError(ColonyError):
     code = "root_leased"
 
 
+def _holder(text: str) -> str:
+    """``pid N`` from the lease file's text; the file is empty for the instant between the
+    holder taking the lock and writing its pid."""
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        pid = json.loads(text)["pid"]
+        if isinstance(pid, int):
+            return f"pid {pid}"
+    return "pid unknown: the holder is still starting"
+
+
 class RootLease:
     """Hold the root for the life of a ``with`` block."""
 
@@ -40,12 +50,9 @@ class RootLease:
             handle.seek(0)
             holder = handle.read().strip()
             handle.close()
-            who = ""
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                who = f" (pid {json.loads(holder)['pid']})"
             raise LeaseHeldError(
-                f"another meclaw{who} is running on {self.path.parent}; stop it first "
-                "(one daemon per colony root)"
+                f"another meclaw is already running on this root ({self.path.parent}, "
+                f"{_holder(holder)}); stop it first: one daemon per colony root"
             ) from None
         handle.seek(0)
         handle.truncate()

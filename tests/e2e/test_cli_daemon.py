@@ -91,7 +91,8 @@ def test_a_second_daemon_on_the_same_root_is_refused(make_tree: TreeFactory) -> 
                 timeout=30,
             )
             assert second.returncode == 1
-            assert f"(pid {first.pid})" in second.stderr
+            assert "already running on this root" in second.stderr
+            assert f"pid {first.pid}" in second.stderr
             assert "Traceback" not in second.stderr
         finally:
             first.send_signal(signal.SIGTERM)
