@@ -39,7 +39,7 @@ from colony.gc_pause import gc_paused
 from colony.ids import uuid7
 from colony.mailbox import MemoryMailbox
 from colony.paths import is_colony_endpoint
-from colony.persist.db import ColonyDb, PersistenceError, Unit
+from colony.persist.db import ColonyDb, PersistenceError, Unit, read_registry
 from colony.routing import (
     Deliver,
     Endpoint,
@@ -185,7 +185,8 @@ class Colony:
         activity = active_cells(
             list(tree.cells), tree.hives, ((d.from_path, d.to_path) for d in tree.edges)
         )
-        known_ids = db.registry_ids()
+        registry = read_registry(db.path)
+        known_ids = {path: row.cell_id for path, row in registry.items()}
         for node in tree.cells.values():
             spec = CellSpec(
                 path=node.path,
@@ -210,6 +211,11 @@ class Colony:
                 log=log.bind(cell=cell.path),
             )
             colony._add(spec, cell.cell_type, True, known_ids)
+        for path, row in registry.items():
+            runner = colony.runners.get(path)
+            if row.status == "failed" and runner is not None:  # failed in an earlier run
+                runner.fail_at_boot()
+                colony.status_changed(runner)
         return colony
 
     def _add(

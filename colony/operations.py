@@ -1,5 +1,7 @@
-"""Operator commands that read ``colony.db`` directly (a running or a stopped daemon):
-``meclaw dead-letters`` (list, follow) and ``meclaw trace`` (the hop tree of a trace)."""
+"""Operator commands that work on ``colony.db`` directly: ``meclaw dead-letters`` (list,
+follow, show), ``meclaw trace`` (the hop tree of a trace) and ``meclaw cells`` (list, revive).
+Reads work beside a running daemon; the one write here (reviving a cell of a stopped colony)
+takes the root lease first, so it never races a daemon."""
 
 from __future__ import annotations
 
@@ -7,10 +9,20 @@ import datetime
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from colony.persist.db import DeadLetterRow, MessageLogEntry, read_dead_letters, read_messages
+from colony.lease import RootLease
+from colony.persist.db import (
+    DeadLetterRow,
+    MessageLogEntry,
+    RegistryRow,
+    read_dead_letters,
+    read_messages,
+    read_registry,
+    revive_in_registry,
+)
 
 
 def _when(seconds: int) -> str:
@@ -95,3 +107,51 @@ def trace_lines(db: Path, trace_id: str) -> list[str]:
 def _short(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
     return text if len(text) <= 24 else text[:21] + "…"
+
+
+# -- cells ------------------------------------------------------------------------------------
+
+
+class UnknownCellError(LookupError):
+    """The registry has no cell at this path."""
+
+
+@dataclass(frozen=True, slots=True)
+class Revival:
+    path: str
+    revived: bool
+    """False when the cell was not failed (nothing to do)."""
+    status: str
+    """The status before reviving."""
+
+
+def cell_line(row: RegistryRow) -> str:
+    """``path  type  status  id`` — one line per registry row."""
+    return f"{row.path:<32} {row.cell_type:<12} {row.status:<8}  {row.cell_id}"
+
+
+def cell_json(row: RegistryRow) -> str:
+    return json.dumps(
+        {
+            "path": row.path,
+            "cell_type": row.cell_type,
+            "status": row.status,
+            "cell_id": row.cell_id,
+            "updated_at": row.updated_at,
+        },
+        ensure_ascii=False,
+    )
+
+
+def revive_offline(root: Path, path: str) -> Revival:
+    """Revive a failed cell of a stopped colony (raises :class:`colony.lease.LeaseHeldError`
+    when a daemon runs on ``root``: revive through its API instead)."""
+    db = root / "colony.db"
+    if not db.exists():
+        raise UnknownCellError(f"{root} has no colony.db: no daemon has run there yet")
+    with RootLease(root):
+        before = revive_in_registry(db, path)
+    if before is None:
+        known = ", ".join(read_registry(db)) or "none"
+        raise UnknownCellError(f"no cell {path} in the registry of {root} (cells: {known})")
+    return Revival(path, before == "failed", before)

@@ -562,3 +562,47 @@ def read_messages(
     finally:
         conn.close()
     return [_log_entry(r) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryRow:
+    """A cell as the registry last recorded it (``status``: active, inactive or failed)."""
+
+    path: str
+    cell_id: str
+    cell_type: str
+    status: str
+    updated_at: int
+
+
+def read_registry(path: Path) -> dict[str, RegistryRow]:
+    """Every registry row by cell path (read-only; empty when ``colony.db`` does not exist)."""
+    if not path.exists():
+        return {}
+    conn = connect(str(path), readonly=True)
+    try:
+        rows = conn.execute(
+            "SELECT path, cell_id, cell_type, status, updated_at FROM registry ORDER BY path"
+        ).fetchall()
+    finally:
+        conn.close()
+    return {r[0]: RegistryRow(*r) for r in rows}
+
+
+def revive_in_registry(path: Path, cell_path: str) -> str | None:
+    """Mark a failed cell ``active`` in a stopped colony's registry (the next boot computes its
+    activity from the edges again); returns the status it had, or None for an unknown path.
+    The caller holds the root lease, so no daemon writes meanwhile."""
+    conn = connect(str(path))
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        row = conn.execute("SELECT status FROM registry WHERE path = ?", (cell_path,)).fetchone()
+        if row is not None and row[0] == "failed":
+            conn.execute(
+                "UPDATE registry SET status = 'active', updated_at = ? WHERE path = ?",
+                (int(time.time()), cell_path),
+            )
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    return None if row is None else str(row[0])

@@ -13,9 +13,8 @@ from colony.lease import LeaseHeldError, RootLease
 def test_the_lease_refusal_says_already_running_on_this_root_and_names_the_pid(
     tmp_path: Path,
 ) -> None:
-    with RootLease(tmp_path):
-        with pytest.raises(LeaseHeldError) as refused:
-            RootLease(tmp_path).acquire()
+    with RootLease(tmp_path), pytest.raises(LeaseHeldError) as refused:
+        RootLease(tmp_path).acquire()
     text = str(refused.value)
     assert "already running on this root" in text
     assert f"pid {os.getpid()}" in text
