@@ -160,13 +160,48 @@ OPENAPI: dict[str, Any] = {
                 "responses": {"200": _json({"type": "object"}, "removed"), **_errors(400)},
             },
         },
-        "/colony/dead_letters/{id}/replay": {
-            "post": {
-                "summary": "Re-drive a dead letter: fresh TTL, new message id, same trace",
+        "/colony/dead_letters/{id}": {
+            "get": {
+                "summary": "One dead letter with its stored message and replay marks",
                 "parameters": [
                     {"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}}
                 ],
-                "responses": {"202": _json({"type": "object"}, "re-driven"), **_errors(400, 404)},
+                "responses": {"200": _json({"type": "object"}, "dead letter"), **_errors(400, 404)},
+            }
+        },
+        "/colony/dead_letters/{id}/replay": {
+            "post": {
+                "summary": "Re-drive a dead letter: fresh TTL, new message id, same trace; "
+                "a letter replayed before needs force=true (409 otherwise)",
+                "parameters": [
+                    {"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}},
+                    _query("force", {"type": "string", "enum": ["true", "false"]}, "replay again"),
+                ],
+                "responses": {
+                    "202": _json({"type": "object"}, "re-driven"),
+                    **_errors(400, 404, 409),
+                },
+            }
+        },
+        "/colony/cells/revive": {
+            "post": {
+                "summary": "Revive a failed cell: it takes messages again, restart count reset",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "required": ["path"],
+                                "properties": {"path": {"type": "string", "minLength": 1}},
+                            }
+                        }
+                    },
+                },
+                "responses": {
+                    "200": _json({"type": "object"}, "revived (or not failed)"),
+                    **_errors(400, 404, 422),
+                },
             }
         },
         "/colony/events": {
