@@ -15,6 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 _TRACEBACK = "Traceback (most recent call last):"
+_MARKERS = ("##meclaw-stderr-start##", "##meclaw-stderr-end##")
+"""How the code cell fences a failed script's stderr inside its error text."""
 
 
 def error_code(hop: Any) -> str | None:
@@ -49,10 +51,18 @@ def error_text(body: Any) -> str:
 
 
 def one_line(text: str, limit: int = 240) -> str:
-    """``text`` on one line for a terminal: a traceback becomes its last line (the exception),
-    other line breaks become `` | ``, and the result is cut to ``limit`` characters."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    """``text`` on one line for a terminal: a traceback becomes its exception line (the last
+    unindented line after it), other line breaks become `` | ``, and the result is cut to
+    ``limit`` characters. The code cell's stderr markers are dropped."""
+    for marker in _MARKERS:
+        text = text.replace(marker, "\n")
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
     if not lines:
         return ""
-    flat = lines[-1] if _TRACEBACK in text else " | ".join(lines)
+    starts = [n for n, line in enumerate(lines) if _TRACEBACK in line]
+    if starts:
+        after = [line for line in lines[starts[-1] + 1 :] if not line[0].isspace()]
+        flat = after[-1] if after else lines[-1].strip()
+    else:
+        flat = " | ".join(line.strip() for line in lines)
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
