@@ -49,6 +49,10 @@ def _say(text: str) -> None:
     sys.stderr.flush()
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop's loop when it is installed; None (asyncio's default) otherwise."""
     try:
@@ -143,8 +147,9 @@ async def run(
             loop_name = _loop_name(loop)
             log.info("colony_running", loop=loop_name)
             _say(
-                f"colony running on {display_root} ({len(colony.runners)} cells, "
-                f"{len(colony.hives)} hives, {len(colony.edges)} edges, {loop_name} loop); "
+                f"colony running on {display_root} ({_count(len(colony.runners), 'cell')}, "
+                f"{_count(len(colony.hives), 'hive')}, {_count(len(colony.edges), 'edge')}, "
+                f"{loop_name} loop); "
                 f"logs {'on stdout' if log_file == STDOUT else f'in {log_file}'}; "
                 "SIGINT or SIGTERM stops it"
             )

@@ -78,7 +78,7 @@ def dead_letter_report(row: DeadLetterRow, *, as_json: bool = False) -> str:
         f"  route     {row.sender_path} → {row.original_target} (resolved {row.resolved_target})",
         f"  why       {row.detail or '(no detail recorded)'}",
         f"  trace     {row.trace_id}  (meclaw trace {row.trace_id})",
-        f"  message   {row.message_id}",
+        f"  message   {row.message_id or '(its id is unreadable)'}",
         f"  replayed  {replayed}",
         "  stored message:",
     ]
