@@ -603,6 +603,7 @@ class Colony:
             "dead_lettered",
             error_code=str(code),
             sender=sender,
+            original=original,
             target=resolved,
             trace_id=message.trace_id,
             message_id=message.id,
