@@ -131,15 +131,9 @@ def test_log_dash_writes_the_json_log_to_stdout(make_tree: TreeFactory) -> None:
     assert events[-1] == "colony_stopped"
     assert not (root / "-").exists()
     assert not (root / "log.jsonl").exists()
-    direct = subprocess.run(
-        [MECLAW, "--root", str(root), "--log", "-"],
-        input="",
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert direct.returncode == 2
-    assert "stdout carries the colony's answers" in direct.stderr
+    code, _, err = invoke("--root", str(root), "--log", "-")  # direct mode
+    assert code == 2
+    assert "stdout carries the colony's answers" in err
 
 
 def test_graph_svg_without_graphviz_says_how_to_render(
