@@ -342,12 +342,12 @@ class CellRunner:
         must see it without reading the message log."""
         for output in outputs:
             content = output.content if isinstance(output, Emission) else output
-            if not isinstance(content, dict):
-                continue
-            hop, body = split_content(content)
-            code = error_code(hop)
+            # On every emission: look at the header before building anything.
+            header = content.get("header") if isinstance(content, dict) else None
+            code = error_code(header)
             if code is None:
                 continue
+            _, body = split_content(content)
             self.host.log.error(
                 "cell_error",
                 cell=self.path,
