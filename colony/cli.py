@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from cells import BUILTIN_CELL_TYPES, implemented_cell_types
 from colony.cell import param_checks
@@ -99,13 +100,16 @@ def _given(ctx: typer.Context, name: str) -> bool:
 
 
 def _pass_down(ctx: typer.Context) -> None:
-    """Before a subcommand runs: hand ``--root`` down to it, refuse every other option given
-    before it (it would otherwise be silently ignored)."""
-    sub = f"{ctx.command_path} {ctx.invoked_subcommand}"
+    """Before a subcommand runs: hand ``--root`` down to it when it takes one, refuse every
+    other option given before it (it would otherwise be silently ignored)."""
+    name = ctx.invoked_subcommand or ""
+    sub = f"{ctx.command_path} {name}"
+    command = ctx.command.get_command(ctx, name) if isinstance(ctx.command, TyperGroup) else None
+    takes = {p.name for p in command.params} if command is not None else set()
     for param in ctx.command.params:
         if param.name is None or not _given(ctx, param.name):
             continue
-        if param.name in _PASSED_DOWN:
+        if param.name in _PASSED_DOWN and param.name in takes:
             ctx.ensure_object(dict)[param.name] = ctx.params[param.name]
             continue
         flag = param.opts[0] if param.opts else param.name
@@ -391,8 +395,8 @@ def replay(
     )
     if response.status_code == 409:
         raise _failure(
-            f"dead letter #{letter_id} was replayed before ({response.json().get('detail', '')}); "
-            "add --force to replay it again"
+            f"dead letter #{letter_id} was replayed before (`meclaw dead-letters show "
+            f"{letter_id}` says when, and as which message); add --force to replay it again"
         )
     if response.status_code != 202:
         raise _refused("replay", response)

@@ -78,6 +78,7 @@ def test_root_given_before_a_subcommand_is_passed_down_to_it(make_tree: TreeFact
         (["--log-level", "debug", "graph"], "--log-level"),
         (["dead-letters", "--follow", "replay", "1"], "--follow"),
         (["dead-letters", "--json", "show", "1"], "--json"),
+        (["--root", ".", "demo"], "--root"),
     ],
 )
 def test_an_option_before_a_subcommand_it_does_not_apply_to_is_refused(
