@@ -36,8 +36,10 @@ from colony.openapi import document
 from colony.persist.db import (
     DeadLetterRow,
     PersistenceError,
+    claim_replay,
     delete_dead_letters,
-    read_dead_letters,
+    read_dead_letter,
+    release_replay,
 )
 from colony.queries import READS, DrainFilters, QueryError, parse_http
 
@@ -114,6 +116,25 @@ def dead_letter_dto(row: DeadLetterRow) -> dict[str, Any]:
         "message_id": row.message_id,
         "detail": row.detail,
     }
+
+
+def dead_letter_detail(row: DeadLetterRow) -> dict[str, Any]:
+    """A dead letter with its replay marks and the stored message (``GET .../{id}``)."""
+    return {
+        **dead_letter_dto(row),
+        "replayed_at": row.replayed_at,
+        "replayed_as": row.replayed_as,
+        "message": row.message.to_json(),
+    }
+
+
+def _replayed_before(row: DeadLetterRow) -> ApiError:
+    return ApiError(
+        409,
+        "already_replayed",
+        f"dead letter {row.id} was replayed at {row.replayed_at} as message {row.replayed_as}; "
+        "replay it again with ?force=true",
+    )
 
 
 def _valid_text(value: str) -> bool:
@@ -208,16 +229,34 @@ class Api:
         )
         return json_response({"dead_letters": [dead_letter_dto(r) for r in rows]})
 
-    async def replay(self, request: web.Request) -> web.Response:
-        try:
-            wanted = int(request.match_info["id"])
-        except ValueError:
-            raise ApiError(400, "bad_query", "the dead letter id is a number") from None
+    async def _dead_letter(self, request: web.Request) -> DeadLetterRow:
+        """The dead letter ``{id}`` names, its message decoded off the event loop."""
+        raw = request.match_info["id"]
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 19 and 1 <= int(raw) < 2**63):
+            raise ApiError(400, "bad_query", "the dead letter id is a whole number (see the list)")
         await self.colony.db.flush()
-        rows = [r for r in read_dead_letters(self.db_path) if r.id == wanted]
-        if not rows:
-            raise ApiError(404, "not_found", f"no dead letter {wanted}")
-        dead = rows[0].message
+        row = await asyncio.to_thread(read_dead_letter, self.db_path, int(raw))
+        if row is None:
+            raise ApiError(404, "not_found", f"no dead letter {raw}")
+        return row
+
+    async def dead_letter(self, request: web.Request) -> web.Response:
+        row = await self._dead_letter(request)
+        return json_response({"dead_letter": dead_letter_detail(row)})
+
+    async def replay(self, request: web.Request) -> web.Response:
+        force = request.query.get("force", "false")
+        if force not in ("true", "false"):
+            raise ApiError(400, "bad_query", "force is true or false")
+        row = await self._dead_letter(request)
+        if row.replayed_at is not None and force != "true":
+            raise _replayed_before(row)
+        refusal = self.colony.admission()
+        if refusal is not None:
+            raise ApiError(
+                refusal.status, refusal.token, refusal.detail, retry_after=refusal.retry_after_s
+            )
+        dead = row.message
         message = source_message(
             dead.target,
             dead.body,
@@ -226,10 +265,35 @@ class Api:
             hop=dead.headers.hop,
             trace_id=dead.trace_id,
         )
-        await self.colony.send(message)
-        return web.json_response(
-            {"message_id": message.id, "trace_id": message.trace_id, "replayed": wanted},
+        claim = await asyncio.to_thread(
+            claim_replay, self.db_path, row.id, message.id, force=force == "true"
+        )
+        if claim.letter is None:
+            raise ApiError(404, "not_found", f"no dead letter {row.id}")
+        if not claim.granted:
+            raise _replayed_before(claim.letter)
+        try:
+            await self.colony.send(message)
+        except BaseException:
+            await asyncio.to_thread(release_replay, self.db_path, claim.letter)
+            raise
+        return json_response(
+            {"message_id": message.id, "trace_id": message.trace_id, "replayed": row.id},
             status=202,
+        )
+
+    async def revive(self, request: web.Request) -> web.Response:
+        doc = await read_json(request)
+        path = doc.get("path") if isinstance(doc, dict) else None
+        if not isinstance(path, str) or not path:
+            raise ApiError(422, "invalid_path", 'send {"path": "/the/cell"}')
+        runner = self.colony.runners.get(path)
+        if runner is None:
+            raise ApiError(404, "not_found", f"no cell at {path} (see GET /colony/registry)")
+        before = runner.state.value
+        revived = await runner.revive()
+        return json_response(
+            {"path": path, "revived": revived, "status_before": before, "state": runner.state.value}
         )
 
     async def events(self, request: web.Request) -> web.Response:
@@ -360,7 +424,9 @@ def build_app(
     for path in READS:
         app.router.add_get(path, api.read)
     app.router.add_delete("/colony/dead_letters", api.drain_dead_letters)
+    app.router.add_get("/colony/dead_letters/{id}", api.dead_letter)
     app.router.add_post("/colony/dead_letters/{id}/replay", api.replay)
+    app.router.add_post("/colony/cells/revive", api.revive)
     app.router.add_get("/colony/events", api.events)
     for (method, path), route in (extra_routes or {}).items():
 

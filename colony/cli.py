@@ -3,6 +3,10 @@
 This module is a composition root: it may import ``cells``; the kernel may not.
 Exit codes: 0 success, 1 the colony is invalid or failed, 2 usage error, 3 internal error
 (a bug in the daemon — the message says so; no traceback reaches the user).
+
+An option given before a subcommand (``meclaw --root R dead-letters``) is never ignored:
+``--root`` is passed down to the subcommand, any other option is refused with a message
+saying where it belongs.
 """
 
 from __future__ import annotations
@@ -12,14 +16,18 @@ import sys
 from enum import StrEnum
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from cells import BUILTIN_CELL_TYPES, implemented_cell_types
 from colony.cell import param_checks
 from colony.config.diagnostics import has_errors, render_github, render_json, render_text
 from colony.validate import validate
+
+if TYPE_CHECKING:
+    import httpx
 
 EXIT_INVALID = 1
 EXIT_USAGE = 2
@@ -77,6 +85,53 @@ def _usage_error(message: str) -> typer.Exit:
     return typer.Exit(EXIT_USAGE)
 
 
+def _failure(message: str) -> typer.Exit:
+    typer.echo(f"meclaw: {message}", err=True)
+    return typer.Exit(EXIT_INVALID)
+
+
+_PASSED_DOWN = frozenset({"root"})
+"""Options of a command group that its subcommands take over when given before them."""
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+
+
+def _pass_down(ctx: typer.Context) -> None:
+    """Before a subcommand runs: hand ``--root`` down to it when it takes one, refuse every
+    other option given before it (it would otherwise be silently ignored)."""
+    name = ctx.invoked_subcommand or ""
+    sub = f"{ctx.command_path} {name}"
+    command = ctx.command.get_command(ctx, name) if isinstance(ctx.command, TyperGroup) else None
+    takes = {p.name for p in command.params} if command is not None else set()
+    for param in ctx.command.params:
+        if param.name is None or not _given(ctx, param.name):
+            continue
+        if param.name in _PASSED_DOWN and param.name in takes:
+            ctx.ensure_object(dict)[param.name] = ctx.params[param.name]
+            continue
+        flag = param.opts[0] if param.opts else param.name
+        raise _usage_error(
+            f"{flag} was given before `{ctx.invoked_subcommand}`, where it does not apply; "
+            f"options go after the command they belong to (see `{sub} --help`)"
+        )
+
+
+def _root_of(ctx: typer.Context, root: Path) -> Path:
+    """``--root`` of a subcommand: its own, or the one given before it (not both, unless
+    they agree)."""
+    outer = ctx.obj.get("root") if isinstance(ctx.obj, dict) else None
+    if outer is None or outer == root:
+        return root
+    if not _given(ctx, "root"):
+        return Path(outer)
+    raise _usage_error(
+        f"--root was given twice ({outer} before `{ctx.info_name}`, {root} after it); give it once"
+    )
+
+
 @app.callback(invoke_without_command=True)
 def run(
     ctx: typer.Context,
@@ -97,7 +152,10 @@ def run(
     ] = None,
     log_file: Annotated[
         Path | None,
-        typer.Option("--log", help="JSON log file (default: <root>/log.jsonl)."),
+        typer.Option(
+            "--log",
+            help="JSON log file (default: <root>/log.jsonl); - is stdout (not in direct mode).",
+        ),
     ] = None,
     log_level: Annotated[
         LogLevel | None,
@@ -135,6 +193,7 @@ def run(
 ) -> None:
     """Run the colony under --root, or check it with --validate."""
     if ctx.invoked_subcommand is not None:
+        _pass_down(ctx)
         return
     if not root.exists():
         raise _usage_error(f"--root {root}: no such folder")
@@ -165,6 +224,12 @@ def run(
     from colony.lease import LeaseHeldError
 
     address, token = _api_address(api, api_token_env)
+    direct = address is None and not daemon
+    if direct and log_file == Path("-"):
+        raise _usage_error(
+            "--log -: in direct mode stdout carries the colony's answers; give --log a file, "
+            "or run with --daemon or --api to log on stdout"
+        )
     try:
         code = run_daemon(
             root,
@@ -173,18 +238,17 @@ def run(
             log_level=log_level.value if log_level is not None else None,
             api=address,
             api_token=token,
-            direct=address is None and not daemon,
+            direct=direct,
             stdio_json=stdio_format is StdioFormat.json,
             version=_package_version(),
         )
     except LeaseHeldError as exc:
-        typer.echo(f"meclaw: {exc}", err=True)
-        raise typer.Exit(EXIT_INVALID) from None
+        raise _failure(str(exc)) from None
     raise typer.Exit(code)
 
 
 dead_letters_app = typer.Typer(
-    help="List, follow and re-drive dead letters.", invoke_without_command=True
+    help="List, follow, show and re-drive dead letters.", invoke_without_command=True
 )
 app.add_typer(dead_letters_app, name="dead-letters")
 
@@ -196,10 +260,25 @@ def _database(root: Path) -> Path:
     return db
 
 
+RootOption = Annotated[Path, typer.Option("--root", help="Colony root folder.")]
+TokenEnvOption = Annotated[
+    str | None,
+    typer.Option("--api-token-env", help="Variable holding the daemon API's bearer token."),
+]
+ApiUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--api",
+        help="The running daemon's API, e.g. http://127.0.0.1:7799 (default: the one the "
+        "daemon on --root serves).",
+    ),
+]
+
+
 @dead_letters_app.callback()
 def dead_letters(
     ctx: typer.Context,
-    root: Annotated[Path, typer.Option("--root", help="Colony root folder.")] = Path("."),
+    root: RootOption = Path("."),
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new ones.")] = False,
     error_code: Annotated[str | None, typer.Option("--error-code", help="Only this code.")] = None,
     since: Annotated[int | None, typer.Option("--since", help="Unix seconds.")] = None,
@@ -207,10 +286,11 @@ def dead_letters(
 ) -> None:
     """Print one line per dead letter: time, id, code, sender → target, trace id."""
     if ctx.invoked_subcommand is not None:
+        _pass_down(ctx)
         return
     from colony.operations import list_dead_letters
 
-    db = _database(root)
+    db = _database(_root_of(ctx, root))
 
     def write(line: str) -> None:
         typer.echo(line)
@@ -224,37 +304,165 @@ def dead_letters(
         raise typer.Exit(0) from None
 
 
-@dead_letters_app.command("replay")
-def replay(
+@dead_letters_app.command("show")
+def show(
+    ctx: typer.Context,
     letter_id: Annotated[int, typer.Argument(help="The dead letter's id (see the listing).")],
-    api: Annotated[
-        str, typer.Option("--api", help="The running daemon's API, e.g. http://127.0.0.1:7799.")
-    ] = "http://127.0.0.1:7799",
-    token_env: Annotated[
-        str | None, typer.Option("--api-token-env", help="Variable holding the API token.")
-    ] = None,
+    root: RootOption = Path("."),
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
-    """Re-drive one dead letter through a running daemon: fresh TTL, same trace."""
+    """Print one dead letter with the message it stored (headers and body)."""
+    from colony.operations import dead_letter_report
+    from colony.persist.db import read_dead_letter
+
+    db = _database(_root_of(ctx, root))
+    row = read_dead_letter(db, letter_id)
+    if row is None:
+        raise _failure(f"no dead letter #{letter_id} in {db} (see `meclaw dead-letters`)")
+    typer.echo(dead_letter_report(row, as_json=as_json))
+
+
+def _token(token_env: str | None) -> dict[str, str]:
+    """The Authorization header from ``--api-token-env VAR`` (a usage error when unset)."""
+    if token_env is None:
+        return {}
+    token = os.environ.get(token_env)
+    if not token:
+        raise _usage_error(f"--api-token-env {token_env}: the variable is unset or empty")
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _daemon_api(root: Path, api: str | None, purpose: str) -> str:
+    """The URL of the running daemon's API: ``--api``, else the one the daemon on ``root``
+    recorded in its lease."""
+    from colony.lease import holder
+
+    if api is not None:
+        return api.rstrip("/")
+    running = holder(root)
+    if running is None:
+        raise _failure(
+            f"no daemon is running on {root}; {purpose} goes through a running daemon's API "
+            "(start it with --api HOST:PORT, or name one with --api URL)"
+        )
+    if running.api is None:
+        pid = f"pid {running.pid}" if running.pid is not None else "pid unknown"
+        raise _failure(
+            f"the daemon on {root} ({pid}) serves no HTTP API; restart it with --api "
+            f"127.0.0.1:7799, or name an API with --api URL"
+        )
+    return running.api
+
+
+def _call(method: str, url: str, headers: dict[str, str], **kwargs: Any) -> httpx.Response:
     import httpx
 
-    headers = {}
-    if token_env is not None:
-        headers["Authorization"] = f"Bearer {os.environ.get(token_env, '')}"
     try:
-        response = httpx.post(
-            f"{api.rstrip('/')}/colony/dead_letters/{letter_id}/replay",
-            headers=headers,
-            timeout=30,
-            trust_env=False,
-        )
+        return httpx.request(method, url, headers=headers, timeout=30, trust_env=False, **kwargs)
     except httpx.HTTPError as exc:
-        typer.echo(f"meclaw: cannot reach {api}: {exc}", err=True)
-        raise typer.Exit(EXIT_INVALID) from None
+        raise _failure(f"cannot reach {url}: {exc}") from None
+
+
+def _refused(what: str, response: httpx.Response) -> typer.Exit:
+    try:
+        doc = response.json()
+        detail = f"{doc['error']}: {doc['detail']}" if "detail" in doc else str(doc["error"])
+    except (ValueError, KeyError, TypeError):
+        detail = response.text.strip() or response.reason_phrase
+    return _failure(f"{what} refused ({response.status_code} {detail})")
+
+
+@dead_letters_app.command("replay")
+def replay(
+    ctx: typer.Context,
+    letter_id: Annotated[int, typer.Argument(help="The dead letter's id (see the listing).")],
+    root: RootOption = Path("."),
+    api: ApiUrlOption = None,
+    token_env: TokenEnvOption = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replay a letter that was replayed before.")
+    ] = False,
+) -> None:
+    """Re-drive one dead letter through the running daemon: fresh TTL, same trace. A letter
+    is replayed once; --force replays it again."""
+    headers = _token(token_env)
+    url = _daemon_api(_root_of(ctx, root), api, "a replay")
+    response = _call(
+        "POST",
+        f"{url}/colony/dead_letters/{letter_id}/replay",
+        headers,
+        params={"force": "true"} if force else None,
+    )
+    if response.status_code == 409:
+        raise _failure(
+            f"dead letter #{letter_id} was replayed before (`meclaw dead-letters show "
+            f"{letter_id}` says when, and as which message); add --force to replay it again"
+        )
     if response.status_code != 202:
-        typer.echo(f"meclaw: replay refused ({response.status_code}): {response.text}", err=True)
-        raise typer.Exit(EXIT_INVALID)
+        raise _refused("replay", response)
     body = response.json()
     typer.echo(f"replayed #{letter_id} as message {body['message_id']} (trace {body['trace_id']})")
+
+
+cells_app = typer.Typer(help="List the cells and their status; revive a failed cell.")
+app.add_typer(cells_app, name="cells", invoke_without_command=True)
+
+
+@cells_app.callback()
+def cells(
+    ctx: typer.Context,
+    root: RootOption = Path("."),
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+) -> None:
+    """Print every cell the registry holds: path, type, status (active, inactive, failed), id."""
+    if ctx.invoked_subcommand is not None:
+        _pass_down(ctx)
+        return
+    from colony.operations import cell_json, cell_line
+    from colony.persist.db import read_registry
+
+    rows = read_registry(_database(_root_of(ctx, root)))
+    for row in rows.values():
+        typer.echo(cell_json(row) if as_json else cell_line(row))
+
+
+@cells_app.command("revive")
+def revive(
+    ctx: typer.Context,
+    path: Annotated[str, typer.Argument(help="The failed cell's path, e.g. /main/agent.")],
+    root: RootOption = Path("."),
+    api: ApiUrlOption = None,
+    token_env: TokenEnvOption = None,
+) -> None:
+    """Revive a failed cell: on a stopped colony in colony.db (it starts at the next boot), on
+    a running daemon through its API (it starts now)."""
+    from colony.lease import LeaseHeldError
+    from colony.operations import UnknownCellError, revive_offline
+
+    root = _root_of(ctx, root)
+    headers = _token(token_env)
+    if api is None:
+        _database(root)
+        try:
+            done = revive_offline(root, path)
+        except UnknownCellError as exc:
+            raise _failure(str(exc)) from None
+        except LeaseHeldError:
+            pass  # a daemon runs on this root: ask it
+        else:
+            if not done.revived:
+                typer.echo(f"{path} is not failed (status {done.status}); nothing to revive")
+            else:
+                typer.echo(f"revived {path}: it starts at the next boot of {root}")
+            return
+    url = _daemon_api(root, api, "reviving a cell of a running colony")
+    response = _call("POST", f"{url}/colony/cells/revive", headers, json={"path": path})
+    if response.status_code != 200:
+        raise _refused("revive", response)
+    if not response.json().get("revived"):
+        typer.echo(f"{path} is not failed; nothing to revive")
+    else:
+        typer.echo(f"revived {path} in the running daemon ({url})")
 
 
 @app.command("demo")
@@ -265,13 +473,31 @@ def demo() -> None:
     raise typer.Exit(run_demo())
 
 
+class GraphFormat(StrEnum):
+    dot = "dot"
+    svg = "svg"
+
+
 @app.command("graph")
 def graph(
-    root: Annotated[Path, typer.Option("--root", help="Colony root folder.")] = Path("."),
+    ctx: typer.Context,
+    root: RootOption = Path("."),
+    picture: Annotated[
+        GraphFormat,
+        typer.Option(
+            "--format",
+            help="dot (Graphviz text) or svg (drawn by Graphviz's dot or graphviz-pure, "
+            "whichever is installed).",
+        ),
+    ] = GraphFormat.dot,
 ) -> None:
-    """Print the colony's topology as Graphviz DOT (pipe it to `dot -Tsvg`)."""
-    from colony.dot import load_for_picture, to_dot
+    """Print the colony's topology as Graphviz DOT, or as SVG with --format svg.
 
+    Without Graphviz: `pip install graphviz-pure` (a self-contained build) gives --format svg
+    a renderer; or paste the DOT into any online Graphviz viewer."""
+    from colony.dot import RenderError, load_for_picture, render_svg, to_dot
+
+    root = _root_of(ctx, root)
     if not root.is_dir():
         raise _usage_error(f"--root {root}: no such folder")
     loaded = load_for_picture(root, cell_types=BUILTIN_CELL_TYPES)
@@ -279,21 +505,30 @@ def graph(
         prefix = _file_prefix(root)
         sys.stderr.write(render_text(loaded.diagnostics, root=str(root), file_prefix=prefix))
         raise typer.Exit(EXIT_INVALID)
-    sys.stdout.write(to_dot(loaded.tree))
+    text = to_dot(loaded.tree)
+    if picture is GraphFormat.dot:
+        sys.stdout.write(text)
+        return
+    try:
+        svg = render_svg(text)
+    except RenderError as exc:
+        raise _failure(str(exc)) from None
+    sys.stdout.write(svg)
 
 
 @app.command("trace")
 def trace(
+    ctx: typer.Context,
     trace_id: Annotated[str, typer.Argument(help="A trace id.")],
-    root: Annotated[Path, typer.Option("--root", help="Colony root folder.")] = Path("."),
+    root: RootOption = Path("."),
 ) -> None:
-    """Print the hop tree of a trace, with the TTL left at each hop."""
+    """Print the hop tree of a trace: the TTL left at each hop, the error text of a hop that
+    failed, and ✗ where each dead letter of the trace died."""
     from colony.operations import trace_lines
 
-    lines = trace_lines(_database(root), trace_id)
+    lines = trace_lines(_database(_root_of(ctx, root)), trace_id)
     if not lines:
-        typer.echo(f"meclaw: no message-log rows for trace {trace_id}", err=True)
-        raise typer.Exit(EXIT_INVALID)
+        raise _failure(f"no message-log rows and no dead letters for trace {trace_id}")
     for line in lines:
         typer.echo(line)
 

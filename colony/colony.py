@@ -40,7 +40,7 @@ from colony.gc_pause import gc_paused
 from colony.ids import uuid7
 from colony.mailbox import MemoryMailbox
 from colony.paths import is_colony_endpoint
-from colony.persist.db import ColonyDb, PersistenceError, Unit
+from colony.persist.db import ColonyDb, PersistenceError, Unit, read_registry
 from colony.queries import ANSWERING_ENDPOINTS
 from colony.routing import (
     Deliver,
@@ -187,7 +187,8 @@ class Colony:
         activity = active_cells(
             list(tree.cells), tree.hives, ((d.from_path, d.to_path) for d in tree.edges)
         )
-        known_ids = db.registry_ids()
+        registry = read_registry(db.path)
+        known_ids = {path: row.cell_id for path, row in registry.items()}
         for node in tree.cells.values():
             spec = CellSpec(
                 path=node.path,
@@ -212,6 +213,11 @@ class Colony:
                 log=log.bind(cell=cell.path),
             )
             colony._add(spec, cell.cell_type, True, known_ids)
+        for path, row in registry.items():
+            runner = colony.runners.get(path)
+            if row.status == "failed" and runner is not None:  # failed in an earlier run
+                runner.fail_at_boot()
+                colony.status_changed(runner)
         return colony
 
     def _add(
@@ -613,6 +619,7 @@ class Colony:
             "dead_lettered",
             error_code=str(code),
             sender=sender,
+            original=original,
             target=resolved,
             trace_id=message.trace_id,
             message_id=message.id,

@@ -12,11 +12,13 @@ runs them faster. The ``colony_running`` log line names the loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import signal
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TextIO
 
 from cells import BUILTIN_CELL_TYPES, close_shared_resources, implemented_cell_types, prepare
 from cells.llm.chat_endpoint import ChatRoute
@@ -32,11 +34,23 @@ from colony.stdio import StdioBridge
 
 EXIT_OK = 0
 EXIT_FAILED = 1
+STDOUT = Path("-")
+"""``--log -``: the JSON log lines go to stdout."""
+
+
+def _log_stream(log_file: Path) -> contextlib.AbstractContextManager[TextIO]:
+    if log_file == STDOUT:
+        return contextlib.nullcontext(sys.stdout)
+    return open(log_file, "a", encoding="utf-8")  # once, at boot
 
 
 def _say(text: str) -> None:
     sys.stderr.write(f"meclaw: {text}\n")
     sys.stderr.flush()
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -66,6 +80,7 @@ async def run(
     direct: bool = False,
     stdio_json: bool = False,
     version: str = "0",
+    lease: RootLease | None = None,
 ) -> int:
     types = dict(cell_types) if cell_types is not None else implemented_cell_types()
     result = load_tree(
@@ -88,8 +103,9 @@ async def run(
     level = log_level or tree.colony.log_default_level
     # Warm workers fork children: start them before colony.db's writer thread exists.
     await prepare((node.type, node.config.params) for node in tree.cells.values())
-    with open(log_file, "a", encoding="utf-8") as stream:  # noqa: ASYNC230 (once, at boot)
-        log = file_logger(stream, level)
+    with _log_stream(log_file) as stream:
+        # Direct mode runs in someone's terminal: warnings and errors reach it too.
+        log = file_logger(stream, level, echo=sys.stderr if direct else None)
         db = ColonyDb(root / "colony.db")
         try:
             try:
@@ -123,14 +139,19 @@ async def run(
                     await colony.stop()
                     return EXIT_FAILED
                 port = server.addresses[0][1] if server.addresses else api[1]
-                _say(f"HTTP API on http://{api[0]}:{port}")
+                host = f"[{api[0]}]" if ":" in api[0] else api[0]
+                _say(f"HTTP API on http://{host}:{port}")
+                if lease is not None:  # operator commands given only --root find it here
+                    lease.announce(api=f"http://{host}:{port}")
                 log.info("api_listening", host=api[0], port=port)
             loop_name = _loop_name(loop)
             log.info("colony_running", loop=loop_name)
             _say(
-                f"colony running on {display_root} ({len(colony.runners)} cells, "
-                f"{len(colony.hives)} hives, {len(colony.edges)} edges, {loop_name} loop); "
-                f"logs in {log_file}; SIGINT or SIGTERM stops it"
+                f"colony running on {display_root} ({_count(len(colony.runners), 'cell')}, "
+                f"{_count(len(colony.hives), 'hive')}, {_count(len(colony.edges), 'edge')}, "
+                f"{loop_name} loop); "
+                f"logs {'on stdout' if log_file == STDOUT else f'in {log_file}'}; "
+                "SIGINT or SIGTERM stops it"
             )
             if direct:
                 bridge = StdioBridge(colony, json_mode=stdio_json, version=version)
@@ -168,7 +189,7 @@ def main(
     version: str = "0",
 ) -> int:
     """Run the daemon in the foreground; returns the exit code."""
-    with RootLease(root), asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    with RootLease(root) as lease, asyncio.Runner(loop_factory=_loop_factory()) as runner:
         return runner.run(
             run(
                 root,
@@ -181,5 +202,6 @@ def main(
                 direct=direct,
                 stdio_json=stdio_json,
                 version=version,
+                lease=lease,
             )
         )

@@ -12,13 +12,17 @@ keys. Nothing substituted is ever printed — only paths, types, conditions and 
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from colony.config.loader import ColonyTree, EdgeDecl, LoadResult, load_tree
 from colony.paths import ROOT, parent
 
-__all__ = ["load_for_picture", "to_dot"]
+__all__ = ["RenderError", "load_for_picture", "render_svg", "to_dot"]
 
 _INDENT = "  "
 
@@ -114,3 +118,52 @@ def to_dot(tree: ColonyTree) -> str:
         out.append(f"{_INDENT}{_quote(edge.from_path)} -> {_quote(edge.to_path)}{suffix};")
     out.append("}")
     return "\n".join(out) + "\n"
+
+
+class RenderError(Exception):
+    """The SVG could not be drawn: no renderer is installed, or the renderer failed."""
+
+
+_RENDERERS = ("dot", "graphviz-pure")
+"""Programs that draw DOT as SVG, first found wins: Graphviz itself, or graphviz-pure (a
+self-contained build of it on PyPI, which ``make pictures`` uses)."""
+
+
+def _renderer() -> str | None:
+    beside = Path(sys.executable).parent  # graphviz-pure pip-installed into this venv
+    for name in _RENDERERS:
+        found = shutil.which(name) or shutil.which(name, path=str(beside))
+        if found is not None:
+            return found
+    return None
+
+
+def render_svg(dot_text: str) -> str:
+    """``dot_text`` drawn as SVG by the first renderer installed."""
+    program = _renderer()
+    if program is None:
+        raise RenderError(
+            "--format svg needs Graphviz's `dot` or graphviz-pure, and neither is installed: "
+            "`pip install graphviz-pure` (a self-contained build), `apt install graphviz` or "
+            "`brew install graphviz`; or paste the output of `meclaw graph` into any online "
+            "Graphviz viewer"
+        )
+    with tempfile.TemporaryDirectory(prefix="meclaw-graph-") as scratch:
+        source, picture = Path(scratch) / "colony.dot", Path(scratch) / "colony.svg"
+        source.write_text(dot_text, encoding="utf-8")
+        try:
+            done = subprocess.run(
+                [program, "-Tsvg", str(source), "-o", str(picture)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise RenderError(f"{program} could not be run: {exc}") from None
+        if done.returncode != 0 or not picture.exists():
+            raise RenderError(
+                f"{program} could not draw the picture (exit {done.returncode}): "
+                f"{done.stderr.strip() or 'no message'}"
+            )
+        return picture.read_text(encoding="utf-8")

@@ -166,20 +166,58 @@ def document(
         "parameters": parameters(DrainFilters),
         "responses": {"200": _json(_answer("dead_letters"), "removed"), **_errors(400, 503)},
     }
+    letter_id = {
+        "name": "id",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+    }
+    paths["/colony/dead_letters/{id}"] = {
+        "get": {
+            "summary": "One dead letter with its stored message and replay marks",
+            "parameters": [letter_id],
+            "responses": {"200": _json({"type": "object"}, "dead letter"), **_errors(400, 404)},
+        }
+    }
     paths["/colony/dead_letters/{id}/replay"] = {
         "post": {
-            "summary": "Re-drive a dead letter: fresh TTL, new message id, same trace",
+            "summary": "Re-drive a dead letter: fresh TTL, new message id, same trace; "
+            "a letter replayed before needs force=true (409 otherwise)",
             "parameters": [
+                letter_id,
                 {
-                    "name": "id",
-                    "in": "path",
-                    "required": True,
-                    "schema": {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1},
-                }
+                    "name": "force",
+                    "in": "query",
+                    "required": False,
+                    "description": "replay a letter that was replayed before",
+                    "schema": {"type": "string", "enum": ["true", "false"]},
+                },
             ],
             "responses": {
                 "202": _json({"type": "object"}, "re-driven"),
                 **_errors(400, 404, 409),
+                **busy,
+            },
+        }
+    }
+    paths["/colony/cells/revive"] = {
+        "post": {
+            "summary": "Revive a failed cell: it takes messages again, restart count reset",
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["path"],
+                            "properties": {"path": {"type": "string", "minLength": 1}},
+                        }
+                    }
+                },
+            },
+            "responses": {
+                "200": _json({"type": "object"}, "revived (or not failed)"),
+                **_errors(400, 404, 415, 422),
                 **busy,
             },
         }

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from colony.envelope import Envelope, Headers
 from colony.ids import uuid7
 from colony.persist.db import PersistenceError
-from colony.persist.schema import connect
+from colony.persist.schema import MESSAGE_ID_OF_ENVELOPE, connect
 from colony.queries import (
     DeadLettersFilters,
     Filters,
@@ -157,11 +157,13 @@ async def dead_letters(colony: Colony, f: DeadLettersFilters) -> dict[str, Any]:
     if f.since is not None:
         clauses.append("created_at >= ?")
         args.append(f.since)
-    # The id is taken out of the stored envelope in SQL: a listing never decodes a body.
+    # A listing never reads a stored body: the message id has its own column (only rows an
+    # older daemon wrote lack it; see colony.persist.schema).
     sql = (
         "SELECT id, sender_path, original_target, resolved_target, error_code, trace_id, "
-        "created_at, CASE WHEN json_valid(message_json) THEN json_extract(message_json, '$.id') "
-        f"END, detail FROM dead_letters{_where(clauses)} ORDER BY id ASC LIMIT ?"
+        f"created_at, COALESCE(message_id, {MESSAGE_ID_OF_ENVELOPE}), detail, replayed_at, "
+        "replayed_as "
+        f"FROM dead_letters{_where(clauses)} ORDER BY id ASC LIMIT ?"
     )
     args.append(f.rows)
     rows = await _read(colony, _select_letters, sql, args)
@@ -316,6 +318,8 @@ def _select_letters(path: Path, sql: str, args: Sequence[Any]) -> list[dict[str,
             "created_at": r[6],
             "message_id": r[7],
             "detail": r[8],
+            "replayed_at": r[9],
+            "replayed_as": r[10],
         }
         for r in _fetch(path, sql, args)
     ]

@@ -3,8 +3,14 @@
 Per message, in order: the ``consumes`` gate (a violation never reaches the cell), then
 ``handle()`` under the ``message_timeout`` backstop, then routing of what it emitted. A crash
 or a backstop expiry restarts the cell with a fresh instance, keeping the queued messages in
-order; past ``restart_limit`` restarts the cell is *failed*: deliveries dead-letter
-``cell_inactive`` until the daemon restarts.
+order; past ``cell.restart_limit`` restarts (else ``colony.json restart_max_retries``, 5) the
+cell is *failed*: it stays failed across daemon restarts (the registry keeps the status) and
+deliveries dead-letter ``cell_inactive`` until an operator revives it (``meclaw cells revive``,
+``POST /colony/cells/revive``).
+
+Every failure leaves one log line with its cause: an error emission (``cell_error``, with the
+text the emission carries), a crash (``cell_crashed``, with the traceback), a start or I/O loop
+failure (``cell_start_failed``, ``cell_io_crashed``, with the traceback).
 
 * stateful: one message at a time; built on the first message; sleeps after
   ``idle_timeout_ms`` without messages (``cell.timeout`` 0), after every message (> 0), or
@@ -19,6 +25,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import traceback
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from enum import StrEnum
@@ -28,7 +35,8 @@ from colony.cell import Cell, CellClass, CellSpec, CellType, Closable, Emission,
 from colony.config.models import ColonyConfig
 from colony.contracts import ConsumesGate
 from colony.dead_letters import DeadLetterCode
-from colony.envelope import Envelope, JsonObject
+from colony.envelope import Envelope, JsonObject, split_content
+from colony.failures import error_code, error_text
 from colony.mailbox import Mailbox
 from colony.watchdog import WaitGraph
 
@@ -41,7 +49,8 @@ class CellState(StrEnum):
     ASLEEP = "asleep"
     """A stateful cell whose instance was closed after idling; the next message wakes it."""
     FAILED = "failed"
-    """Restarted more than ``restart_limit`` times; deliveries dead-letter ``cell_inactive``."""
+    """Restarted more than its restart limit (in this run or an earlier one); deliveries
+    dead-letter ``cell_inactive`` until an operator revives it."""
     STOPPED = "stopped"
     """The colony shut down."""
 
@@ -96,6 +105,7 @@ class _Context:
     async def emit(
         self, content: JsonObject, target: str | None = None, *, key: str | None = None
     ) -> None:
+        self._runner.log_failures(None, [content])
         await self._runner.host.route_outputs(
             self._runner, None, [Emission(content, target)], key=key
         )
@@ -106,6 +116,10 @@ _FAIR_SHARE = 64
 Taking a queued message never waits, so a cell whose handling does not wait either (a store,
 a sink) would otherwise hold the event loop until its mailbox is empty: seconds, with 100,000
 queued, during which nothing else is routed."""
+
+
+def _traceback(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc)).rstrip()
 
 
 def _seconds(ms: int | None) -> float | None:
@@ -132,8 +146,14 @@ class CellRunner:
         self.mailbox = mailbox
         self.cell_id = cell_id
         self.active = active
+        self.wired_active = active
+        """Whether the edges make this cell active (``active`` is also False once failed)."""
         self.restarts = 0
-        self.restart_limit = spec.cell.restart_limit if spec.cell.restart_limit is not None else 5
+        self.restart_limit = (
+            spec.cell.restart_limit
+            if spec.cell.restart_limit is not None
+            else host.config.restart_max_retries
+        )
         self.gate = ConsumesGate.from_contract(spec.contract)
         colony = host.config
         idle_ms = (
@@ -199,6 +219,40 @@ class CellRunner:
         self._task = asyncio.create_task(self._main(), name=f"cell {self.path}")
         return self._task
 
+    def fail_at_boot(self) -> None:
+        """The registry says this cell failed in an earlier run: wire it, never spawn it."""
+        self.state = CellState.FAILED
+        self.active = False
+
+    async def revive(self) -> bool:
+        """Bring a failed cell back with a fresh restart count; False when it is not failed.
+
+        The retired task (which dead-letters whatever still reaches the mailbox) is stopped
+        before the new one starts, so the two never share the mailbox or an instance."""
+        if self.state is not CellState.FAILED:
+            return False
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self.restarts = 0
+        self.active = self.wired_active
+        self.state = (
+            CellState.NOT_YET_SPAWNED
+            if self.type.cell_class is CellClass.STATEFUL
+            else CellState.AWAKE
+        )
+        self.host.status_changed(self)
+        self.host.log.warning(
+            "cell_revived",
+            cell=self.path,
+            active=self.active,
+            detail="an operator revived the failed cell; it takes messages again with a fresh "
+            "restart count",
+        )
+        self.start()
+        return True
+
     async def stop(self) -> None:
         if self._task is not None and not self._task.done():
             self._task.cancel()
@@ -207,7 +261,9 @@ class CellRunner:
         self.state = CellState.STOPPED
 
     async def _main(self) -> None:
-        if self.type.cell_class is CellClass.STATELESS:
+        if self.state is CellState.FAILED:  # failed in an earlier run
+            await self._retire()
+        elif self.type.cell_class is CellClass.STATELESS:
             await self._run_stateless()
         elif self.type.cell_class is CellClass.LONG_RUNNING:
             await self._run_long_running()
@@ -227,7 +283,12 @@ class CellRunner:
             try:
                 await cell.close()
             except Exception as exc:
-                self.host.log.warning("cell_close_failed", cell=self.path, error=repr(exc))
+                self.host.log.warning(
+                    "cell_close_failed",
+                    cell=self.path,
+                    error=f"{type(exc).__name__}: {exc}",
+                    traceback=_traceback(exc),
+                )
 
     # -- one message ------------------------------------------------------------------------
 
@@ -261,6 +322,7 @@ class CellRunner:
         except Exception as exc:
             return self._crashed(message, exc)
         if outputs:
+            self.log_failures(message, outputs)
             try:
                 await self.host.route_outputs(self, message, outputs)
             except Exception as exc:  # a bug in routing: say so, keep the cell alive
@@ -270,8 +332,30 @@ class CellRunner:
                     message_id=message.id,
                     trace_id=message.trace_id,
                     error=f"{type(exc).__name__}: {exc}",
+                    traceback=_traceback(exc),
                 )
         return False
+
+    def log_failures(self, message: Envelope | None, outputs: Sequence[Output]) -> None:
+        """One ERROR line per error emission (``hop.finish_reason: "error"``), with its code
+        and the cause the emission carries: the cell reported a failure, and an operator
+        must see it without reading the message log."""
+        for output in outputs:
+            content = output.content if isinstance(output, Emission) else output
+            # On every emission: look at the header before building anything.
+            header = content.get("header") if isinstance(content, dict) else None
+            code = error_code(header)
+            if code is None:
+                continue
+            _, body = split_content(content)
+            self.host.log.error(
+                "cell_error",
+                cell=self.path,
+                error_code=code,
+                error=error_text(body) or "(the emission carries no error text)",
+                trace_id=None if message is None else message.trace_id,
+                message_id=None if message is None else message.id,
+            )
 
     def _crashed(self, message: Envelope, exc: BaseException) -> bool:
         self.host.log.error(
@@ -280,6 +364,7 @@ class CellRunner:
             message_id=message.id,
             trace_id=message.trace_id,
             error=f"{type(exc).__name__}: {exc}",
+            traceback=_traceback(exc),
             detail="the message is dead-lettered cell_crashed; the cell restarts with its "
             "queued messages",
         )
@@ -308,7 +393,8 @@ class CellRunner:
             restarts=self.restarts - 1,
             limit=self.restart_limit,
             detail="the cell exceeded its restart limit and is marked failed; messages to it "
-            "are dead-lettered cell_inactive until the daemon restarts",
+            f"are dead-lettered cell_inactive until an operator revives it (meclaw cells "
+            f"revive {self.path})",
         )
         self.host.status_changed(self)
         return True
@@ -399,7 +485,12 @@ class CellRunner:
         try:
             cell = await self._make_cell()
         except Exception as exc:
-            self.host.log.error("cell_start_failed", cell=self.path, error=repr(exc))
+            self.host.log.error(
+                "cell_start_failed",
+                cell=self.path,
+                error=f"{type(exc).__name__}: {exc}",
+                traceback=_traceback(exc),
+            )
             self.state = CellState.FAILED
             self.active = False
             self.host.status_changed(self)
@@ -432,7 +523,12 @@ class CellRunner:
             try:
                 cell = await self._make_cell()
             except Exception as exc:
-                self.host.log.error("cell_start_failed", cell=self.path, error=repr(exc))
+                self.host.log.error(
+                    "cell_start_failed",
+                    cell=self.path,
+                    error=f"{type(exc).__name__}: {exc}",
+                    traceback=_traceback(exc),
+                )
                 if self._count_restart():
                     await self._retire()
                     return
@@ -445,8 +541,12 @@ class CellRunner:
             except* _Restart:
                 pass
             except* Exception as errors:
+                first = errors.exceptions[0]
                 self.host.log.error(
-                    "cell_io_crashed", cell=self.path, error=repr(errors.exceptions[0])
+                    "cell_io_crashed",
+                    cell=self.path,
+                    error=f"{type(first).__name__}: {first}",
+                    traceback=_traceback(first),
                 )
             finally:
                 await self._close(cell)

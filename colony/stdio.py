@@ -125,5 +125,21 @@ class StdioBridge:
                 continue
             message = self.message_for(line)
             if message is not None:
+                await self._admitted(len(line.encode("utf-8", "surrogatepass")))
                 await self.colony.send(message)
         await self.colony.wait_idle()
+
+    async def _admitted(self, nbytes: int) -> None:
+        """Wait while the colony refuses new input (disk full, over its memory bound): stdin
+        is a stream, so the bridge holds the line back, it does not drop it."""
+        refusal = self.colony.admission(nbytes)
+        if refusal is None:
+            return
+        self.colony.log.warning(
+            "stdio_input_held",
+            reason=refusal.token,
+            detail=f"{refusal.detail}; the bridge reads no more input until the colony takes it",
+        )
+        while refusal is not None:
+            await asyncio.sleep(max(refusal.retry_after_s, 0.1))
+            refusal = self.colony.admission(nbytes)

@@ -6,8 +6,9 @@ Rules (meclaw's, plus decisions.md #8):
   empty*; ``$${X}`` is the literal ``${X}``; a lone ``$`` is literal; an unterminated ``${`` is
   an error; every other shell form (``${V:=x}``, ``${V:?m}``, ``${V:+x}``, ``${V-x}``, names
   holding ``-+?=``) is refused as unsupported.
-* Values come from the ``--env`` file (default ``<root>/.env``) first, then the process
-  environment. ``VAR=`` in the file is a value (empty), not a missing variable.
+* An exported variable wins; the ``--env`` file (default ``<root>/.env``) supplies the rest
+  (as python-dotenv and docker compose do; issue 15 overrides decisions.md #8, which read the
+  file first). ``VAR=`` is a value (empty), not a missing variable, in either place.
 * Substitution happens in memory on every string value (never on keys); files keep their
   tokens, so secrets never land on disk. Substituted values are never logged or echoed: the
   result remembers which paths were substituted so diagnostics can avoid printing them.
@@ -69,7 +70,7 @@ def load_env_file(path: Path) -> dict[str, str]:
 
 
 class Variables:
-    """Where ``${VAR}`` looks: the env file first, then the process environment."""
+    """Where ``${VAR}`` looks: the process environment first, then the env file."""
 
     def __init__(
         self, file_values: Mapping[str, str], environ: Mapping[str, str] | None = None
@@ -78,9 +79,9 @@ class Variables:
         self._environ = os.environ if environ is None else environ
 
     def get(self, name: str) -> str | None:
-        value = self._file.get(name)
+        value = self._environ.get(name)
         if value is None:
-            value = self._environ.get(name)
+            value = self._file.get(name)
         return value
 
 

@@ -116,7 +116,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("doc", [c for c in COMMANDS if _reason_not_run(c.command) is None], ids=str)
+@pytest.mark.parametrize(
+    "doc", [c for c in COMMANDS if _reason_not_run(c.command) is None], ids=str
+)
 def test_a_documented_command_runs_as_written(doc: Documented, checkout: Path) -> None:
     if LONG_RUNNING.search(doc.command):
         proc = subprocess.Popen(

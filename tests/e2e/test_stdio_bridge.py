@@ -99,3 +99,26 @@ def test_daemon_mode_ignores_the_end_of_stdin(make_tree: TreeFactory) -> None:
         finally:
             process.terminate()
             process.wait(timeout=20)
+
+
+async def test_a_line_the_colony_refuses_for_now_is_held_back_not_dropped(
+    make_tree: TreeFactory,
+) -> None:
+    import io
+
+    from colony.admission import Refusal
+    from colony.stdio import StdioBridge
+    from colony.testing import ColonyHarness
+
+    async with ColonyHarness(echo_tree(make_tree)) as harness:
+        colony = harness.colony
+        refusals = [Refusal(503, "storage_unavailable", "the disk is full", 0)] * 2
+        colony.admission = lambda nbytes=0: refusals.pop() if refusals else None  # type: ignore[method-assign]
+        out = io.StringIO()
+        bridge = StdioBridge(colony, json_mode=False, version="t", out=out)
+        colony.egress = bridge.egress
+        lines = iter(["ping\n", ""])
+        await bridge.run(lambda: next(lines))
+        assert out.getvalue() == "pong: ping\n"
+        [held] = harness.logs("stdio_input_held", "warning")
+        assert held["reason"] == "storage_unavailable"

@@ -22,11 +22,14 @@ def test_a_plain_variable_is_replaced_from_the_env_file() -> None:
     assert result.problems == []
 
 
-def test_the_env_file_wins_over_the_process_environment() -> None:
-    assert subst("${A}", {"A": "file"}, {"A": "env"}).value == "file"
+def test_an_exported_variable_wins_over_the_env_file() -> None:
+    # As with python-dotenv and docker compose: what the shell exported overrides the file.
+    assert subst("${A}", {"A": "file"}, {"A": "env"}).value == "env"
+    assert subst("${A}", {"A": "file"}, {"A": ""}).value == ""  # exported empty is a value
 
 
-def test_the_process_environment_is_the_fallback_for_variables_the_file_lacks() -> None:
+def test_the_env_file_supplies_variables_the_environment_lacks() -> None:
+    assert subst("${A}", {"A": "file"}, {}).value == "file"
     assert subst("${A}", {}, {"A": "env"}).value == "env"
 
 

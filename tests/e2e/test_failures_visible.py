@@ -1,0 +1,135 @@
+"""Failures are visible: every failure leaves one log line with its cause, direct mode echoes
+warnings and errors on stderr, and ``meclaw trace`` shows a failed hop's error and where a dead
+letter died."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from colony.observability import file_logger
+from colony.operations import trace_lines
+from colony.scripted import ScriptedOpenAI, error_status
+from colony.testing import ColonyHarness
+from tests.conformance.cells import TEST_TYPES, user
+from tests.conftest import CONTRACT, TreeFactory, cell, hive
+
+MECLAW = str(Path(sys.executable).with_name("meclaw"))
+
+RAISES = "def greet(name):\n    raise ValueError('no greeting for ' + name)\ngreet('Ada')\n"
+
+
+def raising_tree() -> dict[str, Any]:
+    return {
+        "main/config.json": hive(
+            {"from": ".", "to": "./greeter", "condition": "!has(hop.finish_reason)"},
+            {"from": "./greeter", "to": "./after"},
+        ),
+        "main/greeter/config.json": cell("code", {"script_inline": RAISES}),
+        "main/after/config.json": hive(),  # no out-edge: the error dies here, hive_no_route
+    }
+
+
+async def test_a_script_that_raises_logs_one_error_line_with_its_traceback(
+    make_tree: TreeFactory,
+) -> None:
+    async with ColonyHarness(make_tree(raising_tree())) as colony:
+        await colony.send("/", user("Ada"))
+        await colony.settle()
+        [error] = colony.logs("cell_error", "error")
+        assert (error["cell"], error["error_code"]) == ("/greeter", "script_failed")
+        assert "Traceback (most recent call last)" in error["error"]
+        assert "ValueError: no greeting for Ada" in error["error"]
+        assert error["trace_id"]
+        [dead] = colony.logs("dead_lettered", "warning")  # and where it then died
+        assert (dead["error_code"], dead["target"]) == ("hive_no_route", "/after")
+        assert dead["detail"]
+
+
+async def test_a_cell_crash_logs_its_traceback(make_tree: TreeFactory) -> None:
+    tree = {
+        "main/config.json": hive({"from": ".", "to": "./a"}),
+        "main/a/config.json": cell("stateful_echo", {"crash_on": "boom"}),
+    }
+    async with ColonyHarness(make_tree(tree), cell_types=TEST_TYPES) as colony:
+        await colony.send("/a", user("boom"))
+        await colony.settle()
+        [crash] = colony.logs("cell_crashed", "error")
+        assert crash["error"] == "RuntimeError: told to crash on 'boom'"
+        assert "Traceback (most recent call last)" in crash["traceback"]
+        assert "raise RuntimeError" in crash["traceback"]
+
+
+async def test_a_failing_provider_call_logs_the_provider_error(make_tree: TreeFactory) -> None:
+    tree = {
+        "main/config.json": hive(
+            {"from": ".", "to": "./brain"}, {"from": "./brain", "to": "/sink"}
+        ),
+        "main/brain/config.json": {
+            "cell": {"type": "llm"},
+            "params": {"provider": "openai", "model": "m", "api_key": "k", "max_retries": 0},
+            "contract": CONTRACT,
+        },
+    }
+    async with (
+        ScriptedOpenAI([error_status(403, message="this key may not use m")]) as model,
+        ColonyHarness(make_tree(tree), capture=["/sink"], llm_base_url=model.url) as colony,
+    ):
+        await colony.send("/", user())
+        await colony.settle()
+        [error] = colony.logs("cell_error", "error")
+        assert (error["cell"], error["error_code"]) == ("/brain", "provider_error")
+        assert "this key may not use m" in error["error"]
+
+
+def test_the_stderr_echo_writes_warnings_and_errors_one_compact_line_each() -> None:
+    log, echo = io.StringIO(), io.StringIO()
+    logger = file_logger(log, "debug", echo=echo)
+    logger.info("quiet", cell="/a")
+    logger.warning("dead_lettered", error_code="no_route", target="/x", detail="none matched")
+    logger.error(
+        "cell_error",
+        cell="/greeter",
+        error="Traceback (most recent call last):\n  File 'x', line 1\nValueError: boom\n",
+    )
+    lines = echo.getvalue().splitlines()
+    assert lines == [
+        "meclaw: warning dead_lettered error_code=no_route target=/x detail=none matched",
+        "meclaw: error cell_error cell=/greeter error=ValueError: boom",
+    ]
+    assert len(log.getvalue().splitlines()) == 3  # the file keeps everything, in full
+
+
+def test_in_direct_mode_a_failure_reaches_stderr_as_one_line(make_tree: TreeFactory) -> None:
+    root = make_tree(raising_tree())
+    done = subprocess.run(
+        [MECLAW, "--root", str(root)], input="Ada\n", capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    [failure] = [line for line in done.stderr.splitlines() if " cell_error " in line]
+    assert failure.startswith("meclaw: error cell_error cell=/greeter error_code=script_failed")
+    assert "error=ValueError: no greeting for Ada" in failure
+    assert "Traceback" not in done.stderr  # in log.jsonl, not in the terminal
+    assert all(line.startswith("meclaw: ") for line in done.stderr.splitlines())
+    logged = [json.loads(line) for line in (root / "log.jsonl").read_text().splitlines()]
+    assert any("Traceback" in str(r.get("error")) for r in logged if r["event"] == "cell_error")
+
+
+async def test_trace_shows_the_error_on_the_failed_hop_and_where_the_dead_letter_died(
+    make_tree: TreeFactory,
+) -> None:
+    async with ColonyHarness(make_tree(raising_tree())) as colony:
+        trace_id = await colony.send("/", user("Ada"), ttl=9)
+        await colony.settle()
+        lines = trace_lines(colony.root / "colony.db", trace_id)
+    assert lines[:3] == ["@external → /  ttl 8", "  / → /greeter  ttl 7", lines[2]]
+    assert lines[2].startswith("    /greeter → /after  ttl 6  [finish_reason=error,")
+    assert lines[3:] == [
+        "      ✗ error script_failed: ValueError: no greeting for Ada",
+        "      ✗ died here: dead letter #1 hive_no_route: no out-edge of the hive matched the "
+        "message",
+    ]
