@@ -7,16 +7,18 @@ transits and error replies it causes (a FIFO work list), before the next emissio
 
 Everything with a side effect lives here, around :func:`colony.routing.decide`: mailbox puts,
 dead letters and message-log rows (handed to the ``colony.db`` writer thread, never awaited),
-and log lines.
+and log lines. So does ingress admission (:meth:`Colony.admission`): while ``colony.db``
+cannot be written, or more bytes are queued than ``colony.json`` allows, an ingress is refused
+rather than accepted and then lost or held in memory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
+import sys
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
@@ -37,9 +39,11 @@ from colony.errors import ColonyError
 from colony.expressions import Engine, default_engine
 from colony.gc_pause import gc_paused
 from colony.ids import uuid7
-from colony.mailbox import MemoryMailbox
+from colony.mailbox import ByteGauge, MemoryMailbox
 from colony.paths import is_colony_endpoint
-from colony.persist.db import ColonyDb, PersistenceError, Unit
+from colony.persist.db import ColonyDb, Unit, UnitRejected
+from colony.persist.escape import storable_text
+from colony.persist.journal import CellBacklog, JournalSnapshot
 from colony.routing import (
     Deliver,
     Endpoint,
@@ -72,6 +76,24 @@ draining a backlog must not pile up work that everyone else's commits then queue
 
 _SAMPLE = 20
 """Redelivered messages named one by one in the boot log line."""
+
+STORAGE_CHECK_S = 1.0
+"""How often the colony checks that ``colony.db`` is still the file it opened."""
+
+STORAGE_RETRY_AFTER_S = 5
+"""``Retry-After`` of an ingress refused while ``colony.db`` cannot be written."""
+
+OVERLOAD_RETRY_AFTER_S = 1
+"""``Retry-After`` of an ingress refused while the colony holds too many bytes."""
+
+
+def _say(text: str) -> None:
+    """A line on stderr, for what an operator must see even when the log cannot be written."""
+    try:
+        sys.stderr.write(f"meclaw: {text}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 class BootError(ColonyError):
@@ -131,6 +153,9 @@ class Colony:
         """Messages taken back from the journal at boot."""
         self._unawaited = 0
         """Commits handed over since the last one waited for (see ``_UNAWAITED_MAX``)."""
+        self.queued = ByteGauge()
+        """Bytes held by (or waiting to enter) every mailbox: what admission bounds."""
+        self._storage_watch: asyncio.Task[None] | None = None
         self._pending = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -216,11 +241,14 @@ class Colony:
         self, spec: CellSpec, cell_type: CellType, active: bool, ids: Mapping[str, str]
     ) -> None:
         capacity = spec.cell.mailbox_size or self.config.mailbox_default_capacity
+        mailbox = MemoryMailbox(
+            capacity, max_bytes=self.config.mailbox_max_bytes or None, gauge=self.queued
+        )
         runner = CellRunner(
             self,
             spec,
             cell_type,
-            MemoryMailbox(capacity),
+            mailbox,
             cell_id=ids.get(spec.path) or uuid7(),
             active=active,
         )
@@ -230,11 +258,13 @@ class Colony:
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.db.listen(self._storage_reporter())
         with gc_paused():
-            self._redeliver()
+            await self._redeliver()
             for runner in self.runners.values():
                 runner.start()
         self._started = True
+        self._storage_watch = asyncio.create_task(self._watch_storage(), name="colony.db watch")
         self.watchdog = Watchdog(
             self.waits,
             self._mailbox_progress,
@@ -257,10 +287,11 @@ class Colony:
         journal for the next boot (at-least-once) or are dropped with a log line naming how
         many (at-most-once)."""
         queued = sum(r.mailbox.qsize() for r in self.runners.values())
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watchdog
+        for task in (self._watchdog, self._storage_watch):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for runner in self.runners.values():
             await runner.stop()
         if queued and self.at_least_once:
@@ -272,27 +303,70 @@ class Colony:
         elif queued:
             self.log.warning("shutdown_dropped_messages", queued=queued)
         await self.db.flush()
+        stats = self.db.statistics()
+        if stats.unavailable is not None:
+            self.log.error(
+                "shutdown_storage_unavailable",
+                error=stats.unavailable,
+                kept=stats.kept,
+                detail="colony.db could not be written at shutdown; the writer tries once more, "
+                "and handled messages whose effects were not committed run again at the next "
+                "boot",
+            )
         self.log.info("colony_stopped", decisions=self.decisions, dead_letters=self.dead_lettered)
 
-    def _redeliver(self) -> None:
-        """Put what the journal holds back into the mailboxes, oldest first, before any cell
-        runs, so per cell the order is the order of the first delivery."""
+    async def _redeliver(self) -> None:
+        """Attach what the journal holds to the mailboxes, before any cell runs: each cell
+        then reads its own messages a page at a time, oldest first and ahead of anything
+        delivered later, so per cell the order is the order of the first delivery and a
+        journal larger than memory is never read whole."""
         if not self.at_least_once:
             return
-        entries = self.db.journal()
-        if not entries:
+        snapshot = await asyncio.to_thread(self.db.journal)
+        if not snapshot.cells:
             return
-        per_cell: Counter[str] = Counter()
-        gone = []
-        for entry in entries:
-            runner = self.runners.get(entry.cell)
+        head = await asyncio.to_thread(snapshot.head, _SAMPLE)
+        stored = {storable_text(path): runner for path, runner in self.runners.items()}
+        per_cell: dict[str, int] = {}
+        gone = 0
+        for cell, count in snapshot.cells.items():
+            runner = stored.get(cell)
             if runner is None or not runner.active:
-                gone.append(entry)
-                code = (
-                    DeadLetterCode.UNRESOLVED_PATH
-                    if runner is None
-                    else DeadLetterCode.CELL_INACTIVE
-                )
+                gone += await self._dead_letter_journalled(snapshot, cell, runner is None)
+                continue
+            runner.mailbox.attach(CellBacklog(snapshot, cell))
+            self._pending += count
+            self._idle.clear()
+            per_cell[runner.path] = count
+        self.redelivered = sum(per_cell.values())
+        self.log.warning(
+            "journal_redelivered",
+            messages=self.redelivered,
+            dead_lettered=gone,
+            cells=per_cell,
+            traces=sorted({e.message.trace_id for e in head}),
+            sample=[
+                {
+                    "id": e.message.id,
+                    "cell": e.cell,
+                    "sender": e.sender,
+                    "trace_id": e.message.trace_id,
+                }
+                for e in head
+            ],
+            detail="these messages were in flight when the daemon last stopped; each is "
+            "delivered again, in order per cell (at-least-once delivery)",
+        )
+
+    async def _dead_letter_journalled(
+        self, snapshot: JournalSnapshot, cell: str, gone: bool
+    ) -> int:
+        """Dead-letter, a page at a time, what the journal holds for a cell that left the
+        tree (``unresolved_path``) or is inactive (``cell_inactive``)."""
+        code = DeadLetterCode.UNRESOLVED_PATH if gone else DeadLetterCode.CELL_INACTIVE
+        after = done = 0
+        while page := await asyncio.to_thread(snapshot.page, cell, after):
+            for entry in page:
                 self._dead(
                     code,
                     entry.sender,
@@ -302,30 +376,41 @@ class Colony:
                     "the journal held this message for a cell that is no longer in the tree "
                     "or no longer active",
                 )
-                continue
-            runner.mailbox.preload(entry.message)
-            self.message_queued()
-            per_cell[entry.cell] += 1
-        self.db.forget(gone)
-        self.redelivered = sum(per_cell.values())
-        self.log.warning(
-            "journal_redelivered",
-            messages=self.redelivered,
-            dead_lettered=len(gone),
-            cells=dict(per_cell),
-            traces=heapq.nsmallest(_SAMPLE, {e.message.trace_id for e in entries}),
-            sample=[
-                {
-                    "id": e.message.id,
-                    "cell": e.cell,
-                    "sender": e.sender,
-                    "trace_id": e.message.trace_id,
-                }
-                for e in entries[:_SAMPLE]
-            ],
-            detail="these messages were in flight when the daemon last stopped; each is "
-            "delivered again, in order per cell (at-least-once delivery)",
-        )
+            self.db.forget([entry.seq for entry in page])
+            after = page[-1].seq
+            done += len(page)
+            await self.db.flush()  # one page in memory at a time
+        return done
+
+    # -- colony.db health ---------------------------------------------------------------------
+
+    def _storage_reporter(self) -> Callable[[str, dict[str, Any]], None]:
+        """The writer's reports (made on its thread) as log lines on the loop's."""
+        loop = asyncio.get_running_loop()
+
+        def report(event: str, fields: dict[str, Any]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody listens
+                loop.call_soon_threadsafe(self._storage_event, event, fields)
+
+        return report
+
+    def _storage_event(self, event: str, fields: dict[str, Any]) -> None:
+        if event == "colony_db_recovered":
+            self.log.warning(event, **fields)
+            _say(f"colony.db takes writes again (after {fields.get('after_s')} s)")
+            return
+        self.log.error(event, **fields)
+        if event == "colony_db_unavailable":
+            _say(f"colony.db cannot be written ({fields.get('error')}); ingress is refused")
+
+    async def _watch_storage(self) -> None:
+        """Notice ``colony.db`` deleted or replaced under the running daemon."""
+        while True:
+            await asyncio.sleep(STORAGE_CHECK_S)
+            lost = self.db.check_file()
+            if lost is not None:
+                self.log.error("colony_db_lost", error=lost)
+                _say(lost)
 
     def _mailbox_progress(self, path: str) -> tuple[int, int]:
         runner = self.runners.get(path)
@@ -366,19 +451,40 @@ class Colony:
 
     def admission(self, nbytes: int = 0) -> Refusal | None:
         """None when an ingress of about ``nbytes`` may be accepted now; otherwise why not
-        (see :mod:`colony.admission`)."""
+        (see :mod:`colony.admission`): 503 ``storage_unavailable`` while ``colony.db`` cannot
+        be written (disk full, I/O error, the file deleted), 429 ``overloaded`` while the
+        mailboxes hold more than ``colony.json`` ``queued_max_bytes``. Costs a few attribute
+        reads: call it for every ingress."""
+        problem = self.db.unavailable()
+        if problem is not None:
+            return Refusal(503, "storage_unavailable", problem, STORAGE_RETRY_AFTER_S)
+        bound = self.config.queued_max_bytes
+        held = self.queued.value
+        if bound and held and held + nbytes > bound:
+            return Refusal(
+                429,
+                "overloaded",
+                f"the colony holds {held} bytes of queued messages and takes no more past "
+                f"{bound} (colony.json queued_max_bytes); retry once the cells catch up",
+                OVERLOAD_RETRY_AFTER_S,
+            )
         return None
 
     async def send(self, message: Envelope, sender: str = "/", *, key: str | None = None) -> bool:
         """Route a message born outside the colony (HTTP, stdio, a test). Returns once the
         message is journalled (at-least-once), so the caller may acknowledge it; False when
-        ``key`` was taken in before and the message was dropped as a duplicate."""
+        ``key`` was taken in before and the message was dropped as a duplicate.
+
+        Raises :class:`colony.persist.db.StorageUnavailable` when ``colony.db`` cannot be
+        written now (answer 503 and let the client retry) and
+        :class:`colony.persist.db.UnitRejected` when this message cannot be stored (it was
+        dead-lettered ``unstorable``): in both cases nothing was delivered."""
         self.message_queued()
         try:
             if not self.at_least_once:
                 await self.route(sender, message)
                 return True
-            async with self._open(None, key) as unit:
+            async with self._open(None, key, message=message, fail_fast=True) as unit:
                 await self.route(sender, message)
             return not unit.duplicate
         finally:
@@ -391,13 +497,18 @@ class Colony:
         committed with the message's removal from the journal, then delivered."""
         if not self.at_least_once:
             return contextlib.nullcontext()
-        return self._open((message.id, runner.path))
+        return self._open((message.id, runner.path), message=message)
 
     @contextlib.asynccontextmanager
     async def _open(
-        self, ack: tuple[str, str] | None, key: str | None = None
+        self,
+        ack: tuple[str, str] | None,
+        key: str | None = None,
+        *,
+        message: Envelope | None = None,
+        fail_fast: bool = False,
     ) -> AsyncIterator[Unit]:
-        unit = Unit(ack=ack, key=key)
+        unit = Unit(ack=ack, key=key, message=message, fail_fast=fail_fast)
         token = _UNIT.set(unit)
         try:
             yield unit
@@ -419,14 +530,15 @@ class Colony:
         # Awaited: once it is in, so is every unit handed over before it (the writer is FIFO).
         self._unawaited = 0
         try:
+            # Waits while the storage is unavailable (the writer retries), except an ingress
+            # (fail_fast), which gets StorageUnavailable at once and answers 503.
             await self.db.commit(unit)
-        except PersistenceError as exc:
-            self.log.error(
-                "journal_write_failed",
-                error=str(exc),
-                detail="colony.db could not be written; the messages are delivered anyway but "
-                "would not survive a crash",
-            )
+        except UnitRejected:
+            # The writer logged it and dead-lettered the message (``unstorable``); nothing
+            # of it is delivered. Only an ingress's caller has someone to tell.
+            if fail_fast:
+                raise
+            return
         if unit.duplicate:
             self.log.info("ingress_duplicate", key=key, detail="this key was taken in before")
             return

@@ -1,0 +1,94 @@
+"""A real daemon keeps committing, reading and stopping cleanly after what used to break its
+colony.db writer for good (issue 15, items 11, 12, 18, 19)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+
+from tests.conftest import TreeFactory, cell, hive
+from tests.e2e.test_cli_daemon import start, wait_for_line
+
+USER = {"messages": [{"origin": "user", "type": "text", "text": "hi"}]}
+
+ODD_CELL = "caf\udce9"
+"""A folder name that is not UTF-8 (the byte 0xE9), as Python reads it."""
+
+SURROGATE_SCRIPT = (
+    r"""print('{"messages": [{"origin": "assistant", "type": "text", "text": "odd \\ud800"}]}')"""
+)
+"""A code cell printing a JSON ``\ud800`` escape: its text holds a lone surrogate."""
+
+
+@contextlib.contextmanager
+def _killed_on_failure(process: subprocess.Popen[str]) -> Iterator[None]:
+    """Kill the daemon when the test fails, so the failure is reported, not a hang."""
+    try:
+        yield
+    except BaseException:
+        process.kill()
+        raise
+
+
+def _poll(read: Callable[[], Any], deadline_s: float = 20) -> Any:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        value = read()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("the condition never held")
+
+
+def test_a_lone_surrogate_from_a_cell_and_a_non_utf8_folder_leave_the_daemon_working(
+    make_tree: TreeFactory,
+) -> None:
+    root = make_tree(
+        {
+            "main/config.json": hive({"from": ".", "to": "./echo"}),
+            "main/echo/config.json": cell(
+                "code", {"runner": "python3", "script_inline": SURROGATE_SCRIPT}
+            ),
+            f"main/{ODD_CELL}/config.json": cell("code"),  # its registry row holds the name
+        }
+    )
+    with start(root, "--api", "127.0.0.1:0") as daemon, _killed_on_failure(daemon):
+        url = wait_for_line(daemon, "HTTP API on").split("HTTP API on ", 1)[1].strip()
+        with httpx.Client(base_url=url, trust_env=False, timeout=10) as client:
+            first = client.post("/messages", json={"target": "/", "body": USER})
+            assert first.status_code == 202
+
+            def letters() -> list[dict[str, Any]]:
+                response = client.get("/colony/dead_letters")
+                assert response.status_code == 200
+                rows: list[dict[str, Any]] = response.json()["dead_letters"]
+                return rows
+
+            # The emission has no out-edge: its dead letter carries the surrogate, and is kept.
+            (letter,) = _poll(letters)
+            assert letter["error_code"] == "no_route"
+            assert letter["sender_path"] == "/echo"
+
+            second = client.post("/messages", json={"target": "/", "body": USER})
+            assert second.status_code == 202
+            trace = second.json()["trace_id"]
+
+            def rows() -> list[dict[str, Any]]:
+                response = client.get("/colony/messages", params={"trace_id": trace})
+                assert response.status_code == 200
+                found: list[dict[str, Any]] = response.json()["messages"]
+                return found
+
+            assert {r["to_path"] for r in _poll(rows)} >= {"/", "/echo"}
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=20) == 0
+    log = [json.loads(line) for line in (root / "log.jsonl").read_text().splitlines()]
+    assert log[-1]["event"] == "colony_stopped"
+    assert not [line for line in log if line["event"] == "unit_rejected"]
