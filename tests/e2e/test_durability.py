@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from tests.colony.persist.disk import fill, small_disk
 from tests.conftest import TreeFactory, cell, hive
 from tests.e2e.test_cli_daemon import start, wait_for_line
 
@@ -92,3 +95,43 @@ def test_a_lone_surrogate_from_a_cell_and_a_non_utf8_folder_leave_the_daemon_wor
     log = [json.loads(line) for line in (root / "log.jsonl").read_text().splitlines()]
     assert log[-1]["event"] == "colony_stopped"
     assert not [line for line in log if line["event"] == "unit_rejected"]
+
+
+def test_a_daemon_on_a_full_disk_refuses_ingress_and_works_again_once_space_returns(
+    make_tree: TreeFactory, tmp_path: Path
+) -> None:
+    tree = make_tree({"main/config.json": hive({"from": ".", "to": "/colony/registry"})})
+    big = {"messages": [{"origin": "user", "type": "text", "text": "x" * 2_000_000}]}
+    with small_disk(tmp_path / "disk") as disk:
+        root = disk / "root"
+        shutil.copytree(tree, root)
+        with start(root, "--api", "127.0.0.1:0") as daemon, _killed_on_failure(daemon):
+            url = wait_for_line(daemon, "HTTP API on").split("HTTP API on ", 1)[1].strip()
+            with httpx.Client(base_url=url, trust_env=False, timeout=10) as client:
+                assert (
+                    client.post("/messages", json={"target": "/", "body": USER}).status_code == 202
+                )
+                filler = fill(disk)
+                refused = client.post("/messages", json={"target": "/", "body": big})
+                assert refused.status_code != 202  # 503 once HTTP ingress asks admission
+                assert client.get("/health").status_code == 200
+                filler.unlink()
+
+                def accepted() -> str | None:
+                    posted = client.post("/messages", json={"target": "/", "body": big})
+                    return str(posted.json()["trace_id"]) if posted.status_code == 202 else None
+
+                trace = _poll(accepted)
+                rows = client.get("/colony/messages", params={"trace_id": trace}).json()
+                assert [r["to_path"] for r in rows["messages"]] == ["/"]
+            daemon.send_signal(signal.SIGTERM)
+            assert daemon.wait(timeout=20) == 0
+            assert daemon.stderr is not None
+            said = daemon.stderr.read()
+        events = [
+            json.loads(line)["event"] for line in (root / "log.jsonl").read_text().splitlines()
+        ]
+    assert "colony.db cannot be written" in said
+    assert "colony.db takes writes again" in said
+    assert "colony_db_recovered" in events
+    assert events[-1] == "colony_stopped"
