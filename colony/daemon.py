@@ -28,6 +28,7 @@ from colony.config.loader import load_tree
 from colony.lease import RootLease
 from colony.observability import file_logger
 from colony.persist.db import ColonyDb
+from colony.persist.schema import ColonyDbError
 from colony.stdio import StdioBridge
 
 EXIT_OK = 0
@@ -90,7 +91,13 @@ async def run(
     await prepare((node.type, node.config.params) for node in tree.cells.values())
     with open(log_file, "a", encoding="utf-8") as stream:  # noqa: ASYNC230 (once, at boot)
         log = file_logger(stream, level)
-        db = ColonyDb(root / "colony.db")
+        try:
+            db = ColonyDb(root / "colony.db")
+        except ColonyDbError as exc:  # garbage, truncated, foreign: say which file and the fix
+            _say(f"cannot boot: {exc}")
+            log.error("boot_failed", problems=[str(exc)])
+            await close_shared_resources()
+            return EXIT_FAILED
         try:
             try:
                 colony = Colony.from_tree(tree, types, db=db, log=log)
@@ -149,7 +156,7 @@ async def run(
                 await server.cleanup()
             await chat.close()
             await colony.stop()
-            return EXIT_FAILED if tripped else EXIT_OK
+            return EXIT_FAILED if tripped or db.lost is not None else EXIT_OK
         finally:
             db.close()
             await close_shared_resources()

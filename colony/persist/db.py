@@ -205,6 +205,11 @@ class ColonyDb:
         error = writer.storage_error
         return None if error is None else f"colony.db cannot be written: {describe(error)}"
 
+    @property
+    def lost(self) -> str | None:
+        """Set once ``colony.db`` was found deleted or replaced (see :meth:`check_file`)."""
+        return self._writer.lost
+
     def check_file(self) -> str | None:
         """Compare the file at ``path`` with the one opened at boot (device and inode). When
         it was deleted or replaced, stop writing (what would be written would be lost with the

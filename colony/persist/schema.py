@@ -168,8 +168,11 @@ def probe(path: Path) -> str | None:
             f"is truncated ({info.st_size} bytes; its header says {pages * page}): it was cut "
             f"short by a copy, a full disk or a crash of the disk; {_ASIDE}"
         )
+    # Without a -wal file (no daemon on it, or a clean stop), open it immutable: a plain
+    # read-only open of a WAL database would create -wal and -shm, and a probe writes nothing.
+    mode = "mode=ro" if wal.exists() else "immutable=1"
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn = sqlite3.connect(f"file:{path}?{mode}", uri=True)
     except sqlite3.Error as exc:
         return f"cannot be opened ({exc}); {_ASIDE}"
     try:

@@ -525,7 +525,7 @@ class Writer:
 
     def _defer(self, work: Iterable[Piece], exc: BaseException) -> None:
         """Storage trouble: fail the ingress units, keep the rest for a retry."""
-        if self.storage_error is None:
+        if self.storage_error is None and self.lost is None:  # a loss was reported already
             self.storage_error_since = time.monotonic()
             self._event(
                 "colony_db_unavailable",

@@ -17,7 +17,7 @@ import httpx
 
 from tests.colony.persist.disk import fill, small_disk
 from tests.conftest import TreeFactory, cell, hive
-from tests.e2e.test_cli_daemon import start, wait_for_line
+from tests.e2e.test_cli_daemon import MECLAW, start, wait_for_line
 
 USER = {"messages": [{"origin": "user", "type": "text", "text": "hi"}]}
 
@@ -135,3 +135,39 @@ def test_a_daemon_on_a_full_disk_refuses_ingress_and_works_again_once_space_retu
     assert "colony.db takes writes again" in said
     assert "colony_db_recovered" in events
     assert events[-1] == "colony_stopped"
+
+
+def test_a_garbage_colony_db_at_boot_is_named_with_the_fix_and_exits_1(
+    make_tree: TreeFactory,
+) -> None:
+    root = make_tree({"main/config.json": hive({"from": ".", "to": "/colony/registry"})})
+    (root / "colony.db").write_bytes(b"\x00garbage, not SQLite\n" * 100)
+    done = subprocess.run([MECLAW, "--root", str(root)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1
+    assert f"{root / 'colony.db'}: is not a SQLite database" in done.stderr
+    assert "move it aside" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "internal error" not in done.stderr
+
+
+def test_colony_db_deleted_under_a_running_daemon_is_reported_and_the_exit_is_1(
+    make_tree: TreeFactory,
+) -> None:
+    root = make_tree({"main/config.json": hive({"from": ".", "to": "/colony/registry"})})
+    with start(root, "--api", "127.0.0.1:0") as daemon, _killed_on_failure(daemon):
+        url = wait_for_line(daemon, "HTTP API on").split("HTTP API on ", 1)[1].strip()
+        for suffix in ("", "-wal", "-shm"):
+            (root / f"colony.db{suffix}").unlink(missing_ok=True)
+        wait_for_line(daemon, "colony.db was deleted while the daemon was running")
+        posted = httpx.post(
+            f"{url}/messages", json={"target": "/", "body": USER}, trust_env=False, timeout=10
+        )
+        assert posted.status_code != 202  # 503 once HTTP ingress asks admission
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=20) == 1
+    lost = [
+        line
+        for line in (root / "log.jsonl").read_text().splitlines()
+        if json.loads(line)["event"] == "colony_db_lost"
+    ]
+    assert len(lost) == 1
