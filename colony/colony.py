@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from colony.activity import active_cells
-from colony.admission import Refusal
+from colony.admission import Refusal, admit
 from colony.cell import CellSpec, CellType, Emission, Output
 from colony.config.loader import ColonyTree
 from colony.config.models import CellBlock, ColonyConfig, Contract
@@ -41,6 +40,7 @@ from colony.gc_pause import gc_paused
 from colony.ids import uuid7
 from colony.mailbox import ByteGauge, MemoryMailbox
 from colony.paths import is_colony_endpoint
+from colony.persist import health
 from colony.persist.db import ColonyDb, Unit, UnitRejected
 from colony.persist.escape import storable_text
 from colony.persist.journal import CellBacklog, JournalSnapshot
@@ -76,24 +76,6 @@ draining a backlog must not pile up work that everyone else's commits then queue
 
 _SAMPLE = 20
 """Redelivered messages named one by one in the boot log line."""
-
-STORAGE_CHECK_S = 1.0
-"""How often the colony checks that ``colony.db`` is still the file it opened."""
-
-STORAGE_RETRY_AFTER_S = 5
-"""``Retry-After`` of an ingress refused while ``colony.db`` cannot be written."""
-
-OVERLOAD_RETRY_AFTER_S = 1
-"""``Retry-After`` of an ingress refused while the colony holds too many bytes."""
-
-
-def _say(text: str) -> None:
-    """A line on stderr, for what an operator must see even when the log cannot be written."""
-    try:
-        sys.stderr.write(f"meclaw: {text}\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
 
 
 class BootError(ColonyError):
@@ -258,13 +240,15 @@ class Colony:
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self.db.listen(self._storage_reporter())
+        self.db.listen(health.reporter(self.log))
         with gc_paused():
             await self._redeliver()
             for runner in self.runners.values():
                 runner.start()
         self._started = True
-        self._storage_watch = asyncio.create_task(self._watch_storage(), name="colony.db watch")
+        self._storage_watch = asyncio.create_task(
+            health.watch_file(self.db, self.log), name="colony.db watch"
+        )
         self.watchdog = Watchdog(
             self.waits,
             self._mailbox_progress,
@@ -382,36 +366,6 @@ class Colony:
             await self.db.flush()  # one page in memory at a time
         return done
 
-    # -- colony.db health ---------------------------------------------------------------------
-
-    def _storage_reporter(self) -> Callable[[str, dict[str, Any]], None]:
-        """The writer's reports (made on its thread) as log lines on the loop's."""
-        loop = asyncio.get_running_loop()
-
-        def report(event: str, fields: dict[str, Any]) -> None:
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody listens
-                loop.call_soon_threadsafe(self._storage_event, event, fields)
-
-        return report
-
-    def _storage_event(self, event: str, fields: dict[str, Any]) -> None:
-        if event == "colony_db_recovered":
-            self.log.warning(event, **fields)
-            _say(f"colony.db takes writes again (after {fields.get('after_s')} s)")
-            return
-        self.log.error(event, **fields)
-        if event == "colony_db_unavailable":
-            _say(f"colony.db cannot be written ({fields.get('error')}); ingress is refused")
-
-    async def _watch_storage(self) -> None:
-        """Notice ``colony.db`` deleted or replaced under the running daemon."""
-        while True:
-            await asyncio.sleep(STORAGE_CHECK_S)
-            lost = self.db.check_file()
-            if lost is not None:
-                self.log.error("colony_db_lost", error=lost)
-                _say(lost)
-
     def _mailbox_progress(self, path: str) -> tuple[int, int]:
         runner = self.runners.get(path)
         if runner is None:
@@ -450,25 +404,12 @@ class Colony:
     # -- ingress ------------------------------------------------------------------------------
 
     def admission(self, nbytes: int = 0) -> Refusal | None:
-        """None when an ingress of about ``nbytes`` may be accepted now; otherwise why not
-        (see :mod:`colony.admission`): 503 ``storage_unavailable`` while ``colony.db`` cannot
-        be written (disk full, I/O error, the file deleted), 429 ``overloaded`` while the
-        mailboxes hold more than ``colony.json`` ``queued_max_bytes``. Costs a few attribute
-        reads: call it for every ingress."""
-        problem = self.db.unavailable()
-        if problem is not None:
-            return Refusal(503, "storage_unavailable", problem, STORAGE_RETRY_AFTER_S)
-        bound = self.config.queued_max_bytes
-        held = self.queued.value
-        if bound and held and held + nbytes > bound:
-            return Refusal(
-                429,
-                "overloaded",
-                f"the colony holds {held} bytes of queued messages and takes no more past "
-                f"{bound} (colony.json queued_max_bytes); retry once the cells catch up",
-                OVERLOAD_RETRY_AFTER_S,
-            )
-        return None
+        """None when an ingress of about ``nbytes`` may be accepted now; otherwise why not:
+        503 ``storage_unavailable`` while ``colony.db`` cannot be written (disk full, I/O
+        error, the file deleted), 429 ``overloaded`` while the mailboxes hold more than
+        ``colony.json`` ``queued_max_bytes`` (see :mod:`colony.admission`). Costs a few
+        attribute reads: ask it for every ingress."""
+        return admit(self.db.unavailable(), self.queued.value, self.config.queued_max_bytes, nbytes)
 
     async def send(self, message: Envelope, sender: str = "/", *, key: str | None = None) -> bool:
         """Route a message born outside the colony (HTTP, stdio, a test). Returns once the

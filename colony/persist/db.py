@@ -23,23 +23,16 @@ from typing import Any
 
 from colony.dead_letters import DeadLetter
 from colony.envelope import Envelope
+from colony.persist.items import Commit, Fence, Forget, LogRow, Registry, Stop, Unit
 from colony.persist.journal import JournalSnapshot
+from colony.persist.rows import UNSTORABLE, describe
 from colony.persist.schema import connect, identity, open_for_writing
 from colony.persist.writer import (
-    UNSTORABLE,
-    Commit,
     Event,
-    Fence,
-    Forget,
-    LogRow,
     PersistenceError,
-    Registry,
-    Stop,
     StorageUnavailable,
-    Unit,
     UnitRejected,
     Writer,
-    describe,
 )
 
 __all__ = [

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from colony import colony as colony_module
+from colony.persist import health
 from colony.persist.db import ColonyDb, StorageUnavailable
 from colony.persist.schema import ColonyDbError, probe
 from colony.testing import ColonyHarness
@@ -35,7 +35,7 @@ async def test_colony_db_deleted_or_replaced_under_a_running_colony_stops_ingres
     capsys: pytest.CaptureFixture[str],
     how: str,
 ) -> None:
-    monkeypatch.setattr(colony_module, "STORAGE_CHECK_S", 0.02)
+    monkeypatch.setattr(health, "CHECK_S", 0.02)
     tree = make_tree({"main/config.json": hive({"from": ".", "to": "/box"})})
     async with ColonyHarness(tree, capture=["/box"]) as harness:
         colony = harness.colony
