@@ -257,7 +257,10 @@ class MemoryMailbox:
             self._room.set()
 
     async def get(self) -> Envelope:
-        if self._backlog or (self._source is not None and await self._read_backlog()):
+        while not self._backlog and self._source is not None:
+            if not await self._read_backlog():
+                break
+        if self._backlog:
             message, size = self._backlog.popleft()
         else:
             message, size = await self._queue.get()

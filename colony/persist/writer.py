@@ -131,28 +131,34 @@ class Writer:
                 return
             wait = _RETRY_FIRST_S if self.storage_error is None else min(wait * 2, _RETRY_MAX_S)
 
-    def _gather(self, timeout: float | None) -> tuple[list[Piece], list[Fence], bool]:
-        """The kept pieces and up to ``BATCH`` new items (waiting at most ``timeout`` for the
-        first one when something is kept; for ever otherwise)."""
+    def _gather(self, pause: float | None) -> tuple[list[Piece], list[Fence], bool]:
+        """The kept pieces and up to ``BATCH`` new items. With nothing wrong, it waits for
+        the first item and takes what else is queued. While the storage is out it collects
+        for ``pause`` seconds first, so a retry is not made for every item that arrives; a
+        fence or a stop ends the pause (a reader, or shutdown, is waiting)."""
         work: list[Piece] = self.kept
         self.kept = []
         fences: list[Fence] = []
         stop = False
-        try:
-            first = self.items.get(timeout=timeout) if timeout is not None else self.items.get()
-        except queue.Empty:
-            return work, fences, stop
-        taken = [first]
-        while len(taken) < BATCH:
+        deadline = None if pause is None else time.monotonic() + pause
+        taken = 0
+        while taken < BATCH:
             try:
-                taken.append(self.items.get_nowait())
+                if taken == 0 and deadline is None:
+                    item = self.items.get()
+                elif deadline is None:
+                    item = self.items.get_nowait()
+                else:
+                    item = self.items.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 break
-        for item in taken:
+            taken += 1
             if isinstance(item, Fence):
                 fences.append(item)
+                deadline = None
             elif isinstance(item, Stop):
                 stop = True
+                deadline = None
             else:
                 work.append(item)
         return work, fences, stop
