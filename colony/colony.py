@@ -231,7 +231,7 @@ class Colony:
             spec,
             cell_type,
             mailbox,
-            cell_id=ids.get(spec.path) or uuid7(),
+            cell_id=ids.get(storable_text(spec.path)) or uuid7(),  # as the registry stores it
             active=active,
         )
         self.runners[spec.path] = runner
