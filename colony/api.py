@@ -36,6 +36,7 @@ from colony.openapi import document
 from colony.persist.db import (
     DeadLetterRow,
     PersistenceError,
+    UnitRejected,
     claim_replay,
     delete_dead_letters,
     read_dead_letter,
@@ -386,6 +387,8 @@ def build_app(
         except reads.ReadFailed as exc:
             colony.log.error("api_read_failed", path=request.path, error=str(exc))
             return error_response(503, "storage_unavailable", str(exc), retry_after=5)
+        except UnitRejected as exc:  # this message alone; the colony dead-lettered it
+            return error_response(422, "unstorable", str(exc))
         except PersistenceError as exc:
             colony.log.error("api_write_failed", path=request.path, error=str(exc))
             return error_response(503, "storage_unavailable", str(exc), retry_after=5)

@@ -7,16 +7,17 @@ transits and error replies it causes (a FIFO work list), before the next emissio
 
 Everything with a side effect lives here, around :func:`colony.routing.decide`: mailbox puts,
 dead letters and message-log rows (handed to the ``colony.db`` writer thread, never awaited),
-and log lines.
+and log lines. So does ingress admission (:meth:`Colony.admission`): while ``colony.db``
+cannot be written, or more bytes are queued than ``colony.json`` allows, an ingress is refused
+rather than accepted and then lost or held in memory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
@@ -26,7 +27,7 @@ from typing import Any
 
 from colony import reads
 from colony.activity import active_cells
-from colony.admission import Refusal
+from colony.admission import Refusal, admit
 from colony.cell import CellSpec, CellType, Emission, Output
 from colony.config.loader import ColonyTree
 from colony.config.models import CellBlock, ColonyConfig, Contract
@@ -38,9 +39,12 @@ from colony.errors import ColonyError
 from colony.expressions import Engine, default_engine
 from colony.gc_pause import gc_paused
 from colony.ids import uuid7
-from colony.mailbox import MemoryMailbox
+from colony.mailbox import ByteGauge, MemoryMailbox
 from colony.paths import is_colony_endpoint
-from colony.persist.db import ColonyDb, PersistenceError, Unit, read_registry
+from colony.persist import health
+from colony.persist.db import ColonyDb, Unit, UnitRejected, read_registry
+from colony.persist.escape import storable_text
+from colony.persist.journal import CellBacklog, JournalSnapshot
 from colony.queries import ANSWERING_ENDPOINTS
 from colony.routing import (
     Deliver,
@@ -133,6 +137,9 @@ class Colony:
         """Messages taken back from the journal at boot."""
         self._unawaited = 0
         """Commits handed over since the last one waited for (see ``_UNAWAITED_MAX``)."""
+        self.queued = ByteGauge()
+        """Bytes held by (or waiting to enter) every mailbox: what admission bounds."""
+        self._storage_watch: asyncio.Task[None] | None = None
         self._pending = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -224,12 +231,15 @@ class Colony:
         self, spec: CellSpec, cell_type: CellType, active: bool, ids: Mapping[str, str]
     ) -> None:
         capacity = spec.cell.mailbox_size or self.config.mailbox_default_capacity
+        mailbox = MemoryMailbox(
+            capacity, max_bytes=self.config.mailbox_max_bytes or None, gauge=self.queued
+        )
         runner = CellRunner(
             self,
             spec,
             cell_type,
-            MemoryMailbox(capacity),
-            cell_id=ids.get(spec.path) or uuid7(),
+            mailbox,
+            cell_id=ids.get(storable_text(spec.path)) or uuid7(),  # as the registry stores it
             active=active,
         )
         self.runners[spec.path] = runner
@@ -238,11 +248,15 @@ class Colony:
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.db.listen(health.reporter(self.log))
         with gc_paused():
-            self._redeliver()
+            await self._redeliver()
             for runner in self.runners.values():
                 runner.start()
         self._started = True
+        self._storage_watch = asyncio.create_task(
+            health.watch_file(self.db, self.log), name="colony.db watch"
+        )
         self.watchdog = Watchdog(
             self.waits,
             self._mailbox_progress,
@@ -265,10 +279,11 @@ class Colony:
         journal for the next boot (at-least-once) or are dropped with a log line naming how
         many (at-most-once)."""
         queued = sum(r.mailbox.qsize() for r in self.runners.values())
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watchdog
+        for task in (self._watchdog, self._storage_watch):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for runner in self.runners.values():
             await runner.stop()
         if queued and self.at_least_once:
@@ -280,27 +295,70 @@ class Colony:
         elif queued:
             self.log.warning("shutdown_dropped_messages", queued=queued)
         await self.db.flush()
+        stats = self.db.statistics()
+        if stats.unavailable is not None:
+            self.log.error(
+                "shutdown_storage_unavailable",
+                error=stats.unavailable,
+                kept=stats.kept,
+                detail="colony.db could not be written at shutdown; the writer tries once more, "
+                "and handled messages whose effects were not committed run again at the next "
+                "boot",
+            )
         self.log.info("colony_stopped", decisions=self.decisions, dead_letters=self.dead_lettered)
 
-    def _redeliver(self) -> None:
-        """Put what the journal holds back into the mailboxes, oldest first, before any cell
-        runs, so per cell the order is the order of the first delivery."""
+    async def _redeliver(self) -> None:
+        """Attach what the journal holds to the mailboxes, before any cell runs: each cell
+        then reads its own messages a page at a time, oldest first and ahead of anything
+        delivered later, so per cell the order is the order of the first delivery and a
+        journal larger than memory is never read whole."""
         if not self.at_least_once:
             return
-        entries = self.db.journal()
-        if not entries:
+        snapshot = await asyncio.to_thread(self.db.journal)
+        if not snapshot.cells:
             return
-        per_cell: Counter[str] = Counter()
-        gone = []
-        for entry in entries:
-            runner = self.runners.get(entry.cell)
+        head = await asyncio.to_thread(snapshot.head, _SAMPLE)
+        stored = {storable_text(path): runner for path, runner in self.runners.items()}
+        per_cell: dict[str, int] = {}
+        gone = 0
+        for cell, count in snapshot.cells.items():
+            runner = stored.get(cell)
             if runner is None or not runner.active:
-                gone.append(entry)
-                code = (
-                    DeadLetterCode.UNRESOLVED_PATH
-                    if runner is None
-                    else DeadLetterCode.CELL_INACTIVE
-                )
+                gone += await self._dead_letter_journalled(snapshot, cell, runner is None)
+                continue
+            runner.mailbox.attach(CellBacklog(snapshot, cell))
+            self._pending += count
+            self._idle.clear()
+            per_cell[runner.path] = count
+        self.redelivered = sum(per_cell.values())
+        self.log.warning(
+            "journal_redelivered",
+            messages=self.redelivered,
+            dead_lettered=gone,
+            cells=per_cell,
+            traces=sorted({e.message.trace_id for e in head}),
+            sample=[
+                {
+                    "id": e.message.id,
+                    "cell": e.cell,
+                    "sender": e.sender,
+                    "trace_id": e.message.trace_id,
+                }
+                for e in head
+            ],
+            detail="these messages were in flight when the daemon last stopped; each is "
+            "delivered again, in order per cell (at-least-once delivery)",
+        )
+
+    async def _dead_letter_journalled(
+        self, snapshot: JournalSnapshot, cell: str, gone: bool
+    ) -> int:
+        """Dead-letter, a page at a time, what the journal holds for a cell that left the
+        tree (``unresolved_path``) or is inactive (``cell_inactive``)."""
+        code = DeadLetterCode.UNRESOLVED_PATH if gone else DeadLetterCode.CELL_INACTIVE
+        after = done = 0
+        while page := await asyncio.to_thread(snapshot.page, cell, after):
+            for entry in page:
                 self._dead(
                     code,
                     entry.sender,
@@ -310,30 +368,11 @@ class Colony:
                     "the journal held this message for a cell that is no longer in the tree "
                     "or no longer active",
                 )
-                continue
-            runner.mailbox.preload(entry.message)
-            self.message_queued()
-            per_cell[entry.cell] += 1
-        self.db.forget(gone)
-        self.redelivered = sum(per_cell.values())
-        self.log.warning(
-            "journal_redelivered",
-            messages=self.redelivered,
-            dead_lettered=len(gone),
-            cells=dict(per_cell),
-            traces=heapq.nsmallest(_SAMPLE, {e.message.trace_id for e in entries}),
-            sample=[
-                {
-                    "id": e.message.id,
-                    "cell": e.cell,
-                    "sender": e.sender,
-                    "trace_id": e.message.trace_id,
-                }
-                for e in entries[:_SAMPLE]
-            ],
-            detail="these messages were in flight when the daemon last stopped; each is "
-            "delivered again, in order per cell (at-least-once delivery)",
-        )
+            self.db.forget([entry.seq for entry in page])
+            after = page[-1].seq
+            done += len(page)
+            await self.db.flush()  # one page in memory at a time
+        return done
 
     def _mailbox_progress(self, path: str) -> tuple[int, int]:
         runner = self.runners.get(path)
@@ -373,20 +412,28 @@ class Colony:
     # -- ingress ------------------------------------------------------------------------------
 
     def admission(self, nbytes: int = 0) -> Refusal | None:
-        """None when an ingress of about ``nbytes`` may be accepted now; otherwise why not
-        (see :mod:`colony.admission`)."""
-        return None
+        """None when an ingress of about ``nbytes`` may be accepted now; otherwise why not:
+        503 ``storage_unavailable`` while ``colony.db`` cannot be written (disk full, I/O
+        error, the file deleted), 429 ``overloaded`` while the mailboxes hold more than
+        ``colony.json`` ``queued_max_bytes`` (see :mod:`colony.admission`). Costs a few
+        attribute reads: ask it for every ingress."""
+        return admit(self.db.unavailable(), self.queued.value, self.config.queued_max_bytes, nbytes)
 
     async def send(self, message: Envelope, sender: str = "/", *, key: str | None = None) -> bool:
         """Route a message born outside the colony (HTTP, stdio, a test). Returns once the
         message is journalled (at-least-once), so the caller may acknowledge it; False when
-        ``key`` was taken in before and the message was dropped as a duplicate."""
+        ``key`` was taken in before and the message was dropped as a duplicate.
+
+        Raises :class:`colony.persist.db.StorageUnavailable` when ``colony.db`` cannot be
+        written now (answer 503 and let the client retry) and
+        :class:`colony.persist.db.UnitRejected` when this message cannot be stored (it was
+        dead-lettered ``unstorable``): in both cases nothing was delivered."""
         self.message_queued()
         try:
             if not self.at_least_once:
                 await self.route(sender, message)
                 return True
-            async with self._open(None, key) as unit:
+            async with self._open(None, key, message=message, fail_fast=True) as unit:
                 await self.route(sender, message)
             return not unit.duplicate
         finally:
@@ -399,13 +446,18 @@ class Colony:
         committed with the message's removal from the journal, then delivered."""
         if not self.at_least_once:
             return contextlib.nullcontext()
-        return self._open((message.id, runner.path))
+        return self._open((message.id, runner.path), message=message)
 
     @contextlib.asynccontextmanager
     async def _open(
-        self, ack: tuple[str, str] | None, key: str | None = None
+        self,
+        ack: tuple[str, str] | None,
+        key: str | None = None,
+        *,
+        message: Envelope | None = None,
+        fail_fast: bool = False,
     ) -> AsyncIterator[Unit]:
-        unit = Unit(ack=ack, key=key)
+        unit = Unit(ack=ack, key=key, message=message, fail_fast=fail_fast)
         token = _UNIT.set(unit)
         try:
             yield unit
@@ -427,14 +479,15 @@ class Colony:
         # Awaited: once it is in, so is every unit handed over before it (the writer is FIFO).
         self._unawaited = 0
         try:
+            # Waits while the storage is unavailable (the writer retries), except an ingress
+            # (fail_fast), which gets StorageUnavailable at once and answers 503.
             await self.db.commit(unit)
-        except PersistenceError as exc:
-            self.log.error(
-                "journal_write_failed",
-                error=str(exc),
-                detail="colony.db could not be written; the messages are delivered anyway but "
-                "would not survive a crash",
-            )
+        except UnitRejected:
+            # The writer logged it and dead-lettered the message (``unstorable``); nothing
+            # of it is delivered. Only an ingress's caller has someone to tell.
+            if fail_fast:
+                raise
+            return
         if unit.duplicate:
             self.log.info("ingress_duplicate", key=key, detail="this key was taken in before")
             return

@@ -30,7 +30,8 @@ from colony.config.loader import load_tree
 from colony.lease import RootLease
 from colony.observability import file_logger
 from colony.persist.db import ColonyDb
-from colony.stdio import StdioBridge
+from colony.persist.schema import ColonyDbError
+from colony.stdio import StdioBridge, line_reader
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -106,7 +107,13 @@ async def run(
     with _log_stream(log_file) as stream:
         # Direct mode runs in someone's terminal: warnings and errors reach it too.
         log = file_logger(stream, level, echo=sys.stderr if direct else None)
-        db = ColonyDb(root / "colony.db")
+        try:
+            db = ColonyDb(root / "colony.db")
+        except ColonyDbError as exc:  # garbage, truncated, foreign: say which file and the fix
+            _say(f"cannot boot: {exc}")
+            log.error("boot_failed", problems=[str(exc)])
+            await close_shared_resources()
+            return EXIT_FAILED
         try:
             try:
                 colony = Colony.from_tree(tree, types, db=db, log=log)
@@ -156,7 +163,7 @@ async def run(
             if direct:
                 bridge = StdioBridge(colony, json_mode=stdio_json, version=version)
                 colony.egress = bridge.egress
-                reader = asyncio.create_task(bridge.run(sys.stdin.readline))
+                reader = asyncio.create_task(bridge.run(line_reader(sys.stdin)))
                 stopper = asyncio.create_task(stop.wait())
                 await asyncio.wait({reader, stopper}, return_when=asyncio.FIRST_COMPLETED)
                 for task in (reader, stopper):
@@ -170,7 +177,7 @@ async def run(
                 await server.cleanup()
             await chat.close()
             await colony.stop()
-            return EXIT_FAILED if tripped else EXIT_OK
+            return EXIT_FAILED if tripped or db.lost is not None else EXIT_OK
         finally:
             db.close()
             await close_shared_resources()

@@ -38,6 +38,9 @@ class DeadLetterCode(StrEnum):
     """The cell raised while handling this message (the cell was restarted)."""
     MESSAGE_TIMEOUT = "message_timeout"
     """The cell's message backstop expired and nobody awaits a reply."""
+    UNSTORABLE = "unstorable"
+    """``colony.db`` could not store what handling this message wrote (one unit that fails
+    alone, e.g. text SQLite cannot encode): the message is kept here instead."""
 
 
 @dataclass(frozen=True, slots=True)

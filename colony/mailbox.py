@@ -1,9 +1,19 @@
-"""Bounded per-cell mailboxes.
+"""Bounded per-cell mailboxes: by message count and by bytes.
 
 Every cell receives through one :class:`Mailbox`; the runtime never touches a queue directly,
 so a durable journal or a multi-process backend can replace the in-memory one without changing
-cells or the router (decisions.md #14). The in-memory mailbox is an ``asyncio.Queue``: anyio's
-memory streams measured 4x slower for this hand-off.
+cells or the router (decisions.md #14).
+
+A mailbox is full when it holds ``capacity`` messages or, holding at least one, ``max_bytes``
+bytes of them (measured as the JSON they would be, :func:`message_bytes`): a count alone let
+112 messages of 8 MB exhaust a 1 GB machine. A full mailbox makes its senders wait in arrival
+order (backpressure, never a drop). Every mailbox of a colony adds what it holds, and what
+waits to enter it, to one :class:`ByteGauge`, which ingress admission compares with the
+colony's bound.
+
+At boot, what the journal held for the cell is attached as a :class:`Backlog`: it is read a
+page at a time, as room frees, and always delivered before anything put later, so a journal
+larger than memory is redelivered in order without being loaded whole.
 """
 
 from __future__ import annotations
@@ -11,19 +21,126 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from colony.envelope import Envelope
+
+ENVELOPE_BYTES = 256
+"""What an envelope's ids, paths and numbers take as JSON, besides its headers and body."""
+
+_WALK_LIMIT = 1_000_000
+"""Values looked at, at most, to size one body (a cyclic body from a Python cell ends here)."""
+
+
+def json_size(value: Any) -> int:
+    """About how many characters ``value`` takes as JSON, without serialising it (about a
+    microsecond for a usual body; iterative, so any nesting depth is fine)."""
+    kind = type(value)
+    if kind is dict:  # the usual case, a flat object of a few keys, without the walk's stack
+        total = 2
+        for key, item in value.items():
+            kind = type(item)
+            if kind is str:
+                total += len(item) + 6
+            elif kind is dict or kind is list or kind is tuple:
+                total += 4 + _walk(item)
+            else:
+                total += 12
+            total += len(key) if type(key) is str else 8
+        return total
+    if kind is str:
+        return len(value) + 2
+    if kind is list or kind is tuple:
+        return _walk(value)
+    return 8
+
+
+def _walk(value: Any) -> int:
+    total = 0
+    stack = [value]
+    budget = _WALK_LIMIT
+    while stack and budget:
+        budget -= 1
+        item = stack.pop()
+        kind = type(item)
+        if kind is str:
+            total += len(item) + 2
+        elif kind is dict:
+            total += 2 + 4 * len(item)
+            for key in item:
+                total += len(key) if type(key) is str else 8
+            stack.extend(item.values())
+        elif kind is list or kind is tuple:
+            total += 2 + len(item)
+            stack.extend(item)
+        else:
+            total += 8
+    return total
+
+
+class _Last:
+    """One-entry caches by identity: follow-ups of one emission and transit copies share
+    their body, and a chain shares its context, so most puts size nothing new."""
+
+    body: Any = None
+    body_size = 0
+    context: Any = None
+    context_size = 0
+    hop: Any = None
+    hop_size = 0
+
+
+def message_bytes(message: Envelope) -> int:
+    """About how many bytes ``message`` takes as JSON (what a mailbox's byte bound counts)."""
+    last = _Last
+    body, headers = message.body, message.headers
+    context, hop = headers.context, headers.hop
+    if body is not last.body or body is None:
+        last.body, last.body_size = body, json_size(body)
+    if context is not last.context:
+        last.context, last.context_size = context, json_size(context)
+    if hop is not last.hop:
+        last.hop, last.hop_size = hop, json_size(hop)
+    return (
+        ENVELOPE_BYTES + len(message.target) + last.body_size + last.context_size + (last.hop_size)
+    )
+
+
+class ByteGauge:
+    """Bytes queued (or waiting to be queued) in every mailbox of one colony."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
 
 
 @dataclass(frozen=True, slots=True)
 class MailboxStatistics:
     capacity: int
     queued: int
+    """Messages held, including those still in the journal's backlog."""
     peak: int
     """Most messages ever queued at once."""
     delivered: int
     """Messages put into the mailbox so far."""
+    queued_bytes: int = 0
+    """Bytes of the messages held in memory."""
+    max_bytes: int | None = None
+
+
+class Backlog(Protocol):
+    """Messages to deliver before anything put later (what the journal held at boot)."""
+
+    @property
+    def remaining(self) -> int:
+        """Messages not yet taken."""
+        ...
+
+    async def take(self, count: int, max_bytes: int | None) -> list[tuple[Envelope, int]]:
+        """The next messages and their sizes, oldest first: at least one (while any remain),
+        at most ``count``, and no more bytes than ``max_bytes`` past the first."""
+        ...
 
 
 class Mailbox(Protocol):
@@ -39,16 +156,15 @@ class Mailbox(Protocol):
     async def get(self) -> Envelope: ...
 
     def get_nowait(self) -> Envelope | None:
-        """The next message, or None when the mailbox is empty."""
+        """The next message, or None when none can be had without waiting."""
         ...
 
     def drain(self) -> list[Envelope]:
-        """Take every queued message (used when a cell is retired)."""
+        """Take every message held in memory (a backlog still on disk stays there)."""
         ...
 
-    def preload(self, message: Envelope) -> None:
-        """Queue a message ahead of every later ``put``, past the capacity: what the journal
-        gives back at boot, before any cell runs."""
+    def attach(self, backlog: Backlog) -> None:
+        """Deliver ``backlog`` before anything put later (called before the cell runs)."""
         ...
 
     def qsize(self) -> int: ...
@@ -60,66 +176,156 @@ class MemoryMailbox:
     """In-process mailbox. Alone it is at-most-once, lost with the process (as in meclaw);
     under at-least-once delivery the colony journals what enters it (see ``Colony.unit``)."""
 
-    __slots__ = ("_backlog", "_capacity", "_delivered", "_peak", "_queue", "_turn")
+    __slots__ = (
+        "_backlog",
+        "_bytes",
+        "_capacity",
+        "_delivered",
+        "_gauge",
+        "_max_bytes",
+        "_peak",
+        "_queue",
+        "_refill",
+        "_room",
+        "_source",
+        "_turn",
+    )
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(
+        self, capacity: int, *, max_bytes: int | None = None, gauge: ByteGauge | None = None
+    ) -> None:
         if capacity < 1:
             raise ValueError(f"mailbox capacity must be >= 1, got {capacity}")
         self._capacity = capacity
-        self._queue: asyncio.Queue[Envelope] = asyncio.Queue(capacity)
+        self._max_bytes = max_bytes
+        self._gauge = gauge if gauge is not None else ByteGauge()
+        self._queue: asyncio.Queue[tuple[Envelope, int]] = asyncio.Queue()
+        """What was put, in order; its bound is kept here, not by the queue."""
+        self._bytes = 0
         self._peak = 0
         self._delivered = 0
-        self._backlog: deque[Envelope] = deque()
+        self._backlog: deque[tuple[Envelope, int]] = deque()
+        """Read from ``_source``, delivered before ``_queue``."""
+        self._source: Backlog | None = None
+        self._refill = asyncio.Lock()
+        self._room = asyncio.Event()
         self._turn = asyncio.Lock()
-        """Held by the one sender waiting for room; the others wait for it in arrival order.
-        A bare ``asyncio.Queue`` lets a put that arrives just as room frees up overtake the
-        senders already waiting."""
+        """Held by the one sender waiting for room; the others wait for it in arrival order,
+        so a put that arrives just as room frees up cannot overtake those already waiting."""
 
     @property
     def capacity(self) -> int:
         return self._capacity
 
+    def _held(self) -> int:
+        return len(self._backlog) + self._queue.qsize()
+
+    def _has_room(self, size: int) -> bool:
+        held = self._held()
+        if held >= self._capacity:
+            return False
+        limit = self._max_bytes
+        return held == 0 or limit is None or self._bytes + size <= limit
+
     def full(self) -> bool:
-        return self._queue.full()
+        return not self._has_room(0)
 
     async def put(self, message: Envelope) -> None:
-        if self._turn.locked() or self._queue.full():
-            async with self._turn:
-                await self._queue.put(message)
-        else:
-            self._queue.put_nowait(message)
+        size = message_bytes(message)
+        gauge = self._gauge
+        gauge.value += size  # a waiting sender holds its message in memory too
+        if self._turn.locked() or not self._has_room(size):
+            try:
+                async with self._turn:
+                    while not self._has_room(size):
+                        self._room.clear()
+                        await self._room.wait()
+            except BaseException:
+                gauge.value -= size
+                raise
+        self._queue.put_nowait((message, size))
+        self._bytes += size
         self._delivered += 1
-        size = self._queue.qsize()
-        if size > self._peak:
-            self._peak = size
+        held = self._held()
+        if held > self._peak:
+            self._peak = held
+
+    def _taken(self, size: int) -> None:
+        self._bytes -= size
+        self._gauge.value -= size
+        if self._turn.locked():
+            self._room.set()
 
     async def get(self) -> Envelope:
+        while not self._backlog and self._source is not None:
+            if not await self._read_backlog():
+                break
         if self._backlog:
-            return self._backlog.popleft()
-        return await self._queue.get()
+            message, size = self._backlog.popleft()
+        else:
+            message, size = await self._queue.get()
+        self._taken(size)
+        return message
 
     def get_nowait(self) -> Envelope | None:
         if self._backlog:
-            return self._backlog.popleft()
-        try:
-            return self._queue.get_nowait()
-        except asyncio.QueueEmpty:
-            return None
+            message, size = self._backlog.popleft()
+        elif self._source is not None:
+            return None  # the next one is on disk: get() reads it
+        else:
+            try:
+                message, size = self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return None
+        self._taken(size)
+        return message
+
+    async def _read_backlog(self) -> bool:
+        """Read the next page of the backlog; False once it is exhausted."""
+        async with self._refill:
+            source = self._source
+            if self._backlog:
+                return True
+            if source is None:
+                return False
+            if source.remaining <= 0:
+                self._source = None
+                return False
+            room = max(1, self._capacity - self._held())
+            budget = None if self._max_bytes is None else max(0, self._max_bytes - self._bytes)
+            page = await source.take(room, budget)
+            if not page:
+                self._source = None
+                return False
+            for _, size in page:
+                self._bytes += size
+                self._gauge.value += size
+            self._backlog.extend(page)
+            self._delivered += len(page)
+            if source.remaining <= 0:
+                self._source = None
+            return True
 
     def drain(self) -> list[Envelope]:
         out: list[Envelope] = []
-        while True:
-            message = self.get_nowait()
-            if message is None:
-                return out
+        while self._backlog or not self._queue.empty():
+            if self._backlog:
+                message, size = self._backlog.popleft()
+            else:
+                message, size = self._queue.get_nowait()
+            self._taken(size)
             out.append(message)
+        return out
 
-    def preload(self, message: Envelope) -> None:
-        self._backlog.append(message)
-        self._delivered += 1
+    def attach(self, backlog: Backlog) -> None:
+        if backlog.remaining > 0:
+            self._source = backlog
 
     def qsize(self) -> int:
-        return len(self._backlog) + self._queue.qsize()
+        source = self._source
+        return self._held() + (source.remaining if source is not None else 0)
 
     def statistics(self) -> MailboxStatistics:
-        return MailboxStatistics(self._capacity, self.qsize(), self._peak, self._delivered)
+        return MailboxStatistics(
+            self._capacity, self.qsize(), self._peak, self._delivered, self._bytes, self._max_bytes
+        )

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import stat
 import sys
+import threading
+import time
 from collections.abc import Mapping, MutableMapping, MutableSequence
 from typing import Any, TextIO
 
 import structlog
 
 from colony.failures import one_line
+from colony.persist.escape import has_surrogate
 
 LEVELS = {
     "trace": logging.DEBUG,
@@ -37,15 +42,111 @@ def _processors() -> list[Any]:
     ]
 
 
+def _json_line(event: Any, **kw: Any) -> str:
+    """One log line; a string UTF-8 cannot encode (a lone surrogate) is written as JSON's
+    ``\\udXXX`` escape instead of failing the write."""
+    text = json.dumps(event, **kw)
+    return json.dumps(event, **{**kw, "ensure_ascii": True}) if has_surrogate(text) else text
+
+
+class SafeFileWriter:
+    """A structlog logger for ``log.jsonl`` whose writes never raise into the caller.
+
+    A log line is written from inside routing; when the disk is full (or the file is gone) a
+    raising write turned a ``POST /messages`` into a 500 (issue 15, item 12). Here a failed
+    write is counted and dropped, said on stderr at most every ``WARN_EVERY_S`` seconds, and
+    reported in the log itself (``log_lines_dropped``) as soon as a write works again. On a
+    regular file each line goes out in one ``write(2)``, and a line cut short by a full disk
+    is cut off again, so the file never holds half a line."""
+
+    WARN_EVERY_S = 10.0
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._fd: int | None = None
+        try:
+            fd = stream.fileno()
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                stream.flush()
+                self._fd = fd
+        except (OSError, ValueError, AttributeError):
+            pass
+        self._lock = threading.Lock()
+        self.dropped = 0
+        """Lines dropped since the last one written."""
+        self._error = ""
+        self._warned_at = -self.WARN_EVERY_S
+
+    def msg(self, message: str) -> None:
+        with self._lock:
+            if self.dropped:
+                report = _json_line(
+                    {
+                        "event": "log_lines_dropped",
+                        "dropped": self.dropped,
+                        "error": self._error,
+                        "level": "warning",
+                        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                        "detail": "the log file could not be written (see error); this many "
+                        "lines were dropped",
+                    }
+                )
+                if not self._write(report + "\n"):
+                    self._lost()
+                    return
+                self.dropped = 0
+            if not self._write(message + "\n"):
+                self._lost()
+
+    log = debug = info = warn = warning = err = error = critical = exception = fatal = msg
+
+    def _write(self, text: str) -> bool:
+        data = text.encode("utf-8", "backslashreplace")
+        try:
+            if self._fd is None:
+                self._stream.write(data.decode("utf-8"))
+                self._stream.flush()
+                return True
+            end = os.lseek(self._fd, 0, os.SEEK_END)
+            written = 0
+            try:
+                while written < len(data):
+                    written += os.write(self._fd, data[written:])
+            except OSError:
+                if written:  # never leave half a line behind
+                    os.ftruncate(self._fd, end)
+                raise
+            return True
+        except (OSError, ValueError) as exc:
+            self._error = f"{type(exc).__name__}: {exc}"
+            return False
+
+    def _lost(self) -> None:
+        self.dropped += 1
+        now = time.monotonic()
+        if now - self._warned_at < self.WARN_EVERY_S:
+            return
+        self._warned_at = now
+        try:
+            sys.stderr.write(
+                f"meclaw: cannot write the log file ({self._error}); {self.dropped} line(s) "
+                "dropped so far, counted and reported in the log once it can be written\n"
+            )
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+
+
 def file_logger(stream: TextIO, level: str = "info", *, echo: TextIO | None = None) -> Any:
-    """A logger writing JSON lines to ``stream`` (``<root>/log.jsonl`` in the daemon); with
-    ``echo``, warnings and errors are also written there, one compact line each."""
+    """A logger writing JSON lines to ``stream`` (``<root>/log.jsonl`` in the daemon); a
+    failed write never raises (see :class:`SafeFileWriter`). With ``echo``, warnings and
+    errors are also written there, one compact line each."""
     return structlog.wrap_logger(
-        structlog.WriteLogger(stream),
+        SafeFileWriter(stream),
         processors=[
             *_processors(),
             *_echo(echo),
-            structlog.processors.JSONRenderer(ensure_ascii=False),
+            structlog.processors.JSONRenderer(serializer=_json_line, ensure_ascii=False),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level_number(level)),
         cache_logger_on_first_use=True,

@@ -5,23 +5,45 @@ root hive and finds no out-edge leaves the colony, and its last assistant text i
 one line. JSON mode (``--stdio-format json``): a ``ready`` frame first, then ``message`` frames
 in and out, ``error`` frames (``invalid_frame``) for unreadable input. End of input waits for
 the colony to go idle, then shuts down cleanly (exit 0).
+
+Input is held to the rules of every ingress: valid UTF-8 text (a line that is not is refused
+with one line on stderr, or an ``invalid_frame``), JSON frames without NaN, lone surrogates or
+nesting past :data:`colony.jsonwire.MAX_DEPTH`, UBF bodies. A line the colony cannot store is
+reported and the bridge reads on; while the colony refuses input (a full disk) it holds back.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from colony import jsonwire
 from colony.colony import Colony
 from colony.envelope import Envelope, source_message
 from colony.ids import uuid7
+from colony.persist.db import PersistenceError
+from colony.persist.escape import storable_text
+from colony.ubf import body_problem
 
 STDIO_USER_ID = "73746469-6f5f-7573-6572-5f6964000001"
 """meclaw's fixed stdio user id (the bytes of ``stdio_user_id`` + 0x000001)."""
 MAX_TTL = 2**32 - 1
+
+
+def line_reader(stream: TextIO) -> Callable[[], str]:
+    """``stream.readline`` that never raises on bytes that are not UTF-8: they come back as
+    lone surrogates (``surrogateescape``), which the bridge then refuses by name."""
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:
+        return stream.readline
+
+    def read() -> str:
+        line: bytes = buffer.readline()
+        return line.decode("utf-8", "surrogateescape")
+
+    return read
 
 
 def last_assistant_text(body: Any) -> str | None:
@@ -48,7 +70,8 @@ class StdioBridge:
         self.chat_id = uuid7()
 
     def _write(self, line: str) -> None:
-        self.out.write(line + "\n")
+        # What a cell emits may hold a lone surrogate; the terminal gets it spelled \udXXX.
+        self.out.write(storable_text(line) + "\n")
         self.out.flush()
 
     async def egress(self, message: Envelope) -> None:
@@ -61,7 +84,7 @@ class StdioBridge:
                 "context": message.headers.context,
                 "body": message.body,
             }
-            self._write(json.dumps(frame, ensure_ascii=False))
+            self._write(jsonwire.dumps(frame))
             return
         text = last_assistant_text(message.body)
         if text is None:
@@ -74,27 +97,41 @@ class StdioBridge:
         self._write(text)
 
     def _frame_error(self, detail: str) -> None:
-        self._write(
-            json.dumps({"v": 1, "type": "error", "error_code": "invalid_frame", "detail": detail})
-        )
+        frame = {"v": 1, "type": "error", "error_code": "invalid_frame", "detail": detail}
+        self._write(jsonwire.dumps(frame))
+
+    def _refuse(self, detail: str) -> None:
+        """An input line the bridge does not send: said where the user looks."""
+        self.colony.log.warning("stdio_input_refused", detail=detail)
+        if self.json_mode:
+            self._frame_error(detail)
+        else:
+            sys.stderr.write(f"meclaw: {detail}\n")
+            sys.stderr.flush()
 
     def message_for(self, line: str) -> Envelope | None:
         default_ttl = self.colony.config.message_default_ttl
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:
+            self._refuse("the input line is not valid UTF-8 text; it was not sent")
+            return None
         if not self.json_mode:
             context = {"user_id": STDIO_USER_ID, "chat_id": self.chat_id, "turn_id": uuid7()}
             turn = {"origin": "user", "type": "text", "text": line}
             return source_message("/", {"messages": [turn]}, ttl=default_ttl, context=context)
         try:
-            frame = json.loads(line)
-        except json.JSONDecodeError as exc:
-            self._frame_error(f"not JSON: {exc.msg}")
+            frame = jsonwire.loads(line.encode("utf-8"), "the frame")
+        except jsonwire.JsonRefused as exc:
+            self._frame_error(exc.detail)
             return None
         if not isinstance(frame, dict) or frame.get("v") != 1 or frame.get("type") != "message":
             self._frame_error('a frame is {"v": 1, "type": "message", "body": {...}}')
             return None
         body = frame.get("body")
-        if not isinstance(body, dict):
-            self._frame_error("body must be an object")
+        problem = body_problem(body) if isinstance(body, dict) else "body must be an object"
+        if problem is not None:
+            self._frame_error(problem)
             return None
         ttl = frame.get("ttl", default_ttl)
         if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_TTL:
@@ -115,7 +152,7 @@ class StdioBridge:
     async def run(self, read_line: Callable[[], str]) -> None:
         """Feed stdin lines until end of input, then wait for the colony to go idle."""
         if self.json_mode:
-            self._write(json.dumps({"v": 1, "type": "ready", "version": self.version}))
+            self._write(jsonwire.dumps({"v": 1, "type": "ready", "version": self.version}))
         while True:
             line = await asyncio.to_thread(read_line)
             if line == "":
@@ -125,8 +162,11 @@ class StdioBridge:
                 continue
             message = self.message_for(line)
             if message is not None:
-                await self._admitted(len(line.encode("utf-8", "surrogatepass")))
-                await self.colony.send(message)
+                await self._admitted(len(line.encode("utf-8")))
+                try:
+                    await self.colony.send(message)
+                except PersistenceError as exc:  # the colony logged it; the user sees it here
+                    self._refuse(f"the input was not taken in: {exc}")
         await self.colony.wait_idle()
 
     async def _admitted(self, nbytes: int) -> None:

@@ -88,6 +88,12 @@ class ColonyConfig(BaseModel):
     """``at_least_once``: every mailbox is journalled in ``colony.db`` and what was in flight
     at a crash is redelivered at boot; ``at_most_once``: mailboxes live in memory only, as in
     meclaw."""
+    mailbox_max_bytes: U64 = 64 * 2**20
+    """Bytes (as JSON) one mailbox holds before its senders wait, as when it is full; a
+    mailbox always takes one message however large. 0 turns the bound off."""
+    queued_max_bytes: U64 = 256 * 2**20
+    """Bytes (as JSON) all mailboxes together hold before ingress is refused with 429 and
+    ``Retry-After``. 0 turns the bound off."""
 
     @field_validator("schema_version")
     @classmethod

@@ -4,16 +4,17 @@ Routing must never wait on a commit: message-log rows and dead letters are hande
 thread through a queue (a put costs well under a microsecond) and committed in batches of up
 to 1,024 rows per transaction. Serialising headers and bodies to JSON also happens on that
 thread. Readers first ``flush()`` (a fence through the same queue), then read on their own
-connection, so they see every write made before they asked.
+connection, so they see every write made before they asked. How a write fails, and why one
+bad unit or a full disk never leaves the writer failed, is :mod:`colony.persist.writer`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import queue
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,28 +22,41 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from colony.crashpoints import crash_point
 from colony.dead_letters import DeadLetter
 from colony.envelope import Envelope
-from colony.gc_pause import gc_paused
+from colony.persist.items import Commit, Fence, Forget, LogRow, Registry, Stop, Unit
+from colony.persist.journal import JournalSnapshot
+from colony.persist.rows import UNSTORABLE, describe
 from colony.persist.schema import (
     MESSAGE_ID_OF_ENVELOPE,
     connect,
     dead_letter_columns,
-    migrate,
+    identity,
+    open_for_writing,
+)
+from colony.persist.writer import (
+    Event,
+    PersistenceError,
+    StorageUnavailable,
+    UnitRejected,
+    Writer,
 )
 
-_BATCH = 1024
-
-
-@dataclass(frozen=True, slots=True)
-class LogRow:
-    """One routing decision into a cell or hive (meclaw's ``message_log`` row)."""
-
-    message: Envelope
-    from_path: str
-    to_path: str
-    ttl: int
+__all__ = [
+    "UNSTORABLE",
+    "ColonyDb",
+    "DbStatistics",
+    "DeadLetterRow",
+    "LogRow",
+    "MessageLogEntry",
+    "PersistenceError",
+    "StorageUnavailable",
+    "Unit",
+    "UnitRejected",
+    "delete_dead_letters",
+    "read_dead_letters",
+    "read_messages",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,11 +127,6 @@ class DeadLetterRow:
         return Envelope.from_json(json.loads(text))
 
 
-def _dumps(value: Any) -> str:
-    # A cell written in Python may emit a value JSON cannot hold; the log must still take it.
-    return json.dumps(value, ensure_ascii=False, default=repr)
-
-
 def _completion() -> tuple[asyncio.Future[None], Callable[[BaseException | None], None]]:
     """A future of the running loop, and the callback the writer thread calls to settle it."""
     loop = asyncio.get_running_loop()
@@ -128,142 +137,32 @@ def _completion() -> tuple[asyncio.Future[None], Callable[[BaseException | None]
             if future.done():
                 return
             if error is not None:
-                future.set_exception(PersistenceError(f"colony.db write failed: {error}"))
+                future.set_exception(error)
             else:
                 future.set_result(None)
 
-        loop.call_soon_threadsafe(resolve)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(resolve)
 
     return future, done
 
 
 def _ignore(error: BaseException | None) -> None:
-    """The completion callback of a commit nobody waits for."""
-
-
-class _Rows:
-    """Rows of one writer transaction, serialised on the writer thread."""
-
-    __slots__ = ("_body", "_body_json", "acks", "forgets", "inserts", "letters", "logs")
-
-    def __init__(self) -> None:
-        self.logs: list[tuple[Any, ...]] = []
-        self.letters: list[tuple[Any, ...]] = []
-        self.inserts: list[tuple[Any, ...]] = []
-        self.acks: list[tuple[str, str]] = []
-        self.forgets: list[tuple[int]] = []
-        self._body: Any = None
-        self._body_json = ""
-
-    def _body_of(self, m: Envelope) -> str:
-        # Follow-ups of one emission and transit copies share a body object.
-        if m.body is not self._body or not self._body_json:
-            self._body = m.body
-            self._body_json = _dumps(m.body)
-        return self._body_json
-
-    def log(self, item: LogRow) -> None:
-        m = item.message
-        self.logs.append(
-            (
-                m.id,
-                m.trace_id,
-                m.parent_message_id,
-                m.correlation_id,
-                item.ttl,
-                item.from_path,
-                item.to_path,
-                m.reply_to,
-                _dumps({"context": m.headers.context, "hop": m.headers.hop}),
-                "inline",
-                self._body_of(m),
-                m.created_at,
-            )
-        )
-
-    def letter(self, item: DeadLetter) -> None:
-        self.letters.append(
-            (
-                item.sender_path,
-                item.original_target,
-                item.resolved_target,
-                item.error_code,
-                item.trace_id,
-                item.created_at,
-                _dumps(item.message.to_json()),
-                item.detail,
-                item.message.id,
-            )
-        )
-
-    def journal(self, cell: str, sender: str, m: Envelope) -> None:
-        # The envelope as dead letters store it, minus the body: that is kept apart, so a body
-        # shared by follow-ups is serialised once (``ColonyDb.journal`` joins them again).
-        envelope = m.to_json()
-        del envelope["body_kind"], envelope["body_payload"]
-        self.inserts.append((m.id, cell, sender, _dumps(envelope), self._body_of(m)))
-
-
-class _Fence:
-    __slots__ = ("done",)
-
-    def __init__(self, done: Callable[[BaseException | None], None]) -> None:
-        self.done = done
-
-
-class _Stop:
-    pass
-
-
-@dataclass(slots=True)
-class Unit:
-    """Everything one hand-off writes, committed in one transaction (at-least-once delivery).
-
-    A unit is what the colony does with one message: the handling cell's emissions routed,
-    their message-log rows and dead letters, every delivery they cause (journal inserts), and
-    the removal of the handled message from the journal (``ack``). Committed together, a crash
-    leaves either the handled message in the journal and none of its effects, or its effects
-    and not the message. ``key`` makes an ingress idempotent: a unit whose key was seen before
-    commits nothing and reports itself a duplicate.
-    """
-
-    ack: tuple[str, str] | None = None
-    """``(message id, cell path)`` of the handled message, or None for an ingress."""
-    key: str | None = None
-    logs: list[LogRow] = field(default_factory=list)
-    letters: list[DeadLetter] = field(default_factory=list)
-    deliveries: list[tuple[Any, Envelope, str]] = field(default_factory=list)
-    """``(runner, message, sender)``: put into the runner's mailbox once committed."""
-    closed: bool = False
-    duplicate: bool = False
-
-    def log(self, message: Envelope, from_path: str, to_path: str) -> None:
-        self.logs.append(LogRow(message, from_path, to_path, message.ttl))
-
-    def dead_letter(self, letter: DeadLetter) -> None:
-        self.letters.append(letter)
-
-
-class _Commit:
-    __slots__ = ("done", "unit")
-
-    def __init__(self, unit: Unit, done: Callable[[BaseException | None], None]) -> None:
-        self.unit = unit
-        self.done = done
+    """The completion callback of a commit nobody waits for (the writer reports failures)."""
 
 
 @dataclass(frozen=True, slots=True)
-class JournalEntry:
-    """A message that was in a mailbox when the daemon last stopped."""
-
-    seq: int
-    cell: str
-    sender: str
-    message: Envelope
-
-
-class PersistenceError(Exception):
-    """``colony.db`` could not be written."""
+class DbStatistics:
+    rows_written: int
+    """Message-log rows and dead letters committed."""
+    journalled: int
+    """Journal inserts committed (deliveries made durable)."""
+    rejected: int
+    """Units or rows that could not be stored (dead-lettered ``unstorable`` or reported)."""
+    kept: int
+    """Writes waiting for the storage to come back."""
+    unavailable: str | None
+    """Why ``colony.db`` cannot be written now, or None."""
 
 
 class ColonyDb:
@@ -271,16 +170,23 @@ class ColonyDb:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        conn = connect(str(path))
-        migrate(conn)
-        self._conn = conn
+        conn = open_for_writing(path)  # ColonyDbError names the file, the problem, the fix
+        self._identity = identity(path)
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._failure: BaseException | None = None
-        self._thread = threading.Thread(target=self._writer, name="colony-db-writer", daemon=True)
+        self._writer = Writer(conn, self._queue)
+        self._thread = threading.Thread(
+            target=self._writer.run, name="colony-db-writer", daemon=True
+        )
         self._thread.start()
-        self.rows_written = 0
-        self.journalled = 0
+
+    @property
+    def rows_written(self) -> int:
+        return self._writer.rows_written
+
+    @property
+    def journalled(self) -> int:
         """Journal inserts committed so far (deliveries made durable)."""
+        return self._writer.journalled
 
     def registry_ids(self) -> dict[str, str]:
         """``{path: cell_id}`` from earlier boots, so a cell keeps its id across restarts."""
@@ -299,172 +205,100 @@ class ColonyDb:
         self._queue.put(letter)
 
     def set_registry(self, path: str, cell_id: str, cell_type: str, status: str) -> None:
-        self._queue.put(("registry", path, cell_id, cell_type, status, int(time.time())))
+        self._queue.put(Registry(path, cell_id, cell_type, status, int(time.time())))
 
-    # -- the writer thread --------------------------------------------------------------------
+    # -- health -------------------------------------------------------------------------------
 
-    def _writer(self) -> None:
-        conn = self._conn
-        while True:
-            batch = [self._queue.get()]
-            while len(batch) < _BATCH:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            stop = False
-            fences: list[_Fence | _Commit] = []
-            rows = _Rows()
-            registry: list[tuple[Any, ...]] = []
-            commits: list[_Commit] = []
-            for item in batch:
-                if isinstance(item, LogRow):
-                    rows.log(item)
-                elif isinstance(item, DeadLetter):
-                    rows.letter(item)
-                elif isinstance(item, _Commit):
-                    commits.append(item)
-                    fences.append(item)
-                elif isinstance(item, tuple) and item[0] == "forget":
-                    rows.forgets.append((item[1],))
-                elif isinstance(item, tuple):
-                    registry.append(item[1:])
-                elif isinstance(item, _Fence):
-                    fences.append(item)
-                elif isinstance(item, _Stop):
-                    stop = True
-            error: BaseException | None = None
-            logs, letters = rows.logs, rows.letters
-            if logs or letters or registry or commits or rows.forgets:
-                try:
-                    conn.execute("BEGIN IMMEDIATE")
-                    for commit in commits:
-                        unit = commit.unit
-                        if unit.key is not None:
-                            trace = unit.deliveries[0][1].trace_id if unit.deliveries else ""
-                            taken = conn.execute(
-                                "INSERT OR IGNORE INTO ingress_keys(key, trace_id, created_at) "
-                                "VALUES (?,?,?)",
-                                (unit.key, trace, int(time.time())),
-                            ).rowcount
-                            if not taken:
-                                unit.duplicate = True
-                                continue
-                        for row in unit.logs:
-                            rows.log(row)
-                        for letter in unit.letters:
-                            rows.letter(letter)
-                        for runner, message, sender in unit.deliveries:
-                            rows.journal(runner.path, sender, message)
-                        if unit.ack is not None:
-                            rows.acks.append(unit.ack)
-                    if rows.inserts:
-                        conn.executemany(
-                            "INSERT INTO journal(id, cell, sender, envelope, body) "
-                            "VALUES (?,?,?,?,?)",
-                            rows.inserts,
-                        )
-                    if rows.acks:
-                        conn.executemany("DELETE FROM journal WHERE id = ? AND cell = ?", rows.acks)
-                    if rows.forgets:
-                        conn.executemany("DELETE FROM journal WHERE seq = ?", rows.forgets)
-                    if logs:
-                        conn.executemany(
-                            "INSERT INTO message_log(id, trace_id, parent_message_id, "
-                            "correlation_id, ttl, from_path, to_path, reply_to, headers, "
-                            "body_kind, body_payload, created_at) "
-                            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                            logs,
-                        )
-                    if letters:
-                        conn.executemany(
-                            "INSERT INTO dead_letters(sender_path, original_target, "
-                            "resolved_target, error_code, trace_id, created_at, message_json, "
-                            "detail, message_id) VALUES (?,?,?,?,?,?,?,?,?)",
-                            letters,
-                        )
-                    for path, cell_id, cell_type, status, now in registry:
-                        conn.execute(
-                            "INSERT INTO registry(path, cell_id, cell_type, status, created_at, "
-                            "updated_at) VALUES (?,?,?,?,?,?) ON CONFLICT(path) DO UPDATE SET "
-                            "cell_id=excluded.cell_id, cell_type=excluded.cell_type, "
-                            "status=excluded.status, updated_at=excluded.updated_at",
-                            (path, cell_id, cell_type, status, now, now),
-                        )
-                    if commits:
-                        crash_point("journal.commit")
-                    conn.execute("COMMIT")
-                    self.rows_written += len(logs) + len(letters)
-                    self.journalled += len(rows.inserts)
-                except (sqlite3.Error, TypeError, ValueError) as exc:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    self._failure = exc
-                    error = exc
-            for fence in fences:
-                fence.done(error or self._failure)
-            if stop:
-                conn.close()
-                return
+    def listen(self, on_event: Event) -> None:
+        """Have the writer report through ``on_event`` (called on the writer's thread)."""
+        self._writer.on_event = on_event
+
+    def unavailable(self) -> str | None:
+        """Why ``colony.db`` cannot be written now (the file is gone, the disk is full, an
+        I/O error), or None while writes work."""
+        writer = self._writer
+        if writer.lost is not None:
+            return writer.lost
+        error = writer.storage_error
+        return None if error is None else f"colony.db cannot be written: {describe(error)}"
+
+    @property
+    def lost(self) -> str | None:
+        """Set once ``colony.db`` was found deleted or replaced (see :meth:`check_file`)."""
+        return self._writer.lost
+
+    def check_file(self) -> str | None:
+        """Compare the file at ``path`` with the one opened at boot (device and inode). When
+        it was deleted or replaced, stop writing (what would be written would be lost with the
+        unlinked file) and return what happened; None when it is the same file, or once the
+        loss was reported."""
+        if self._writer.lost is not None or self._identity is None:
+            return None
+        now = identity(self.path)
+        if now == self._identity:
+            return None
+        what = "deleted" if now is None else "replaced by another file"
+        self._writer.lost = (
+            f"{self.path} was {what} while the daemon was running; nothing more is written to "
+            "it, and ingress is refused. Stop the daemon (what cells did since is lost with "
+            "the old file) and restore colony.db from a backup, or start with a new one"
+        )
+        return self._writer.lost
+
+    def statistics(self) -> DbStatistics:
+        writer = self._writer
+        return DbStatistics(
+            writer.rows_written,
+            writer.journalled,
+            writer.rejected,
+            len(writer.kept),
+            self.unavailable(),
+        )
 
     # -- barriers and reads -------------------------------------------------------------------
 
     async def flush(self) -> None:
-        """Return once everything handed over before this call is committed."""
+        """Return once everything handed over before this call was tried: committed,
+        rejected (dead-lettered ``unstorable``), or kept for a retry while the storage is
+        unavailable. Never raises: reads after it see what is committed."""
+        if not self._thread.is_alive():
+            return
         future, done = _completion()
-        self._queue.put(_Fence(done))
+        self._queue.put(Fence(done))
         await future
 
     async def commit(self, unit: Unit) -> None:
         """Hand a unit to the writer and return once it is committed (group commit: every
         unit queued meanwhile shares the transaction). Sets ``unit.duplicate`` when its key
-        was seen before."""
+        was seen before. Raises :class:`UnitRejected` when this unit cannot be stored (its
+        message was dead-lettered), :class:`StorageUnavailable` for a ``fail_fast`` unit
+        while the storage refuses writes; any other unit waits until it can be written."""
+        if not self._thread.is_alive():
+            raise StorageUnavailable("colony.db is closed")
         future, done = _completion()
-        self._queue.put(_Commit(unit, done))
+        self._queue.put(Commit(unit, done))
         await future
 
     def commit_later(self, unit: Unit) -> None:
-        """Hand a unit to the writer without waiting (a failure is kept in :attr:`failure`)."""
-        self._queue.put(_Commit(unit, _ignore))
+        """Hand a unit to the writer without waiting (a failure is reported by the writer)."""
+        self._queue.put(Commit(unit, _ignore))
 
-    def journal(self) -> list[JournalEntry]:
-        """What the journal holds, oldest first (read at boot, before any unit is written).
+    def journal(self) -> JournalSnapshot:
+        """What the journal holds now (read at boot, before any unit is written), to be read
+        a page at a time."""
+        return JournalSnapshot(self.path)
 
-        SQLite joins each row's envelope and body into one JSON array, so a row costs one
-        parse, and rows are decoded as they are read rather than all held as text first: a
-        journal of 100,000 messages is read in about a second."""
-        decode = json.JSONDecoder().raw_decode  # loads() minus its checks, for our own text
-        conn = connect(str(self.path), readonly=True)
-        try:
-            out: list[JournalEntry] = []
-            rows = conn.execute(
-                "SELECT seq, cell, sender, '[' || envelope || ',' || body || ']' FROM journal "
-                "ORDER BY seq"
-            )
-            with gc_paused():  # every message read here lives until it is handled
-                for seq, cell, sender, pair in rows:
-                    (doc, body), _ = decode(pair)
-                    doc["body_payload"] = body
-                    out.append(JournalEntry(seq, cell, sender, Envelope.from_json(doc)))
-            return out
-        finally:
-            conn.close()
-
-    def forget(self, entries: Sequence[JournalEntry]) -> None:
+    def forget(self, seqs: Sequence[int]) -> None:
         """Remove journal rows that can no longer be delivered (their cell is gone); they are
         dead-lettered by the caller in the same queue, so nothing is lost."""
-        for entry in entries:
-            self._queue.put(("forget", entry.seq))
+        for seq in seqs:
+            self._queue.put(Forget(seq))
 
     def close(self) -> None:
         """Commit what is queued and stop the writer (blocking; call once, at shutdown)."""
         if self._thread.is_alive():
-            self._queue.put(_Stop())
+            self._queue.put(Stop())
             self._thread.join()
-
-    @property
-    def failure(self) -> BaseException | None:
-        return self._failure
 
     def _read(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         conn = connect(str(self.path), readonly=True)

@@ -17,7 +17,12 @@ stored after a 5 MB body costs a walk of its overflow pages (listing 100 such le
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
+from pathlib import Path
+
+from colony.errors import ColonyError
 
 SCHEMA_VERSION = "1"
 
@@ -87,6 +92,7 @@ CREATE TABLE IF NOT EXISTS journal (
     body TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS journal_id ON journal(id);
+CREATE INDEX IF NOT EXISTS journal_cell ON journal(cell, seq);
 CREATE TABLE IF NOT EXISTS ingress_keys (
     key TEXT PRIMARY KEY,
     trace_id TEXT NOT NULL,
@@ -95,7 +101,13 @@ CREATE TABLE IF NOT EXISTS ingress_keys (
 """
 
 
-class SchemaError(Exception):
+class ColonyDbError(ColonyError):
+    """``colony.db`` cannot be used: the message names the file, what is wrong and the fix."""
+
+    code = "colony_db_unusable"
+
+
+class SchemaError(ColonyDbError):
     """``colony.db`` was written by a newer or foreign schema."""
 
 
@@ -153,3 +165,108 @@ def migrate(conn: sqlite3.Connection) -> None:
         raise SchemaError(
             f"colony.db has schema_version {row[0]}; this daemon reads {SCHEMA_VERSION}"
         )
+
+
+_MAGIC = b"SQLite format 3\x00"
+_ASIDE = (
+    "move it aside (e.g. mv colony.db colony.db.bad; the daemon then starts with an empty "
+    "one, without the journal, message log and dead letters it held) or restore it from a "
+    "backup"
+)
+
+
+def probe(path: Path) -> str | None:
+    """What is wrong with the ``colony.db`` at ``path``, or None when it is absent or usable.
+
+    Read-only and cheap (the header, the schema and the ``meta`` version; no full integrity
+    scan), so ``--validate`` may call it and boot calls it before opening the file for
+    writing. The answer says what is wrong and how to fix it; the caller names the file."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc}); check its permissions"
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        return f"is {kind}, not a SQLite database; {_ASIDE}"
+    if info.st_size == 0:
+        return None  # SQLite takes an empty file as an empty database
+    try:
+        with open(path, "rb") as file:
+            header = file.read(100)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc}); check its permissions"
+    if len(header) < 100 or not header.startswith(_MAGIC):
+        return f"is not a SQLite database (it does not start with the SQLite header); {_ASIDE}"
+    page = int.from_bytes(header[16:18], "big")
+    page = 65536 if page == 1 else page
+    if page < 512 or page & (page - 1):
+        return f"has a damaged header (page size {page}); {_ASIDE}"
+    pages = int.from_bytes(header[28:32], "big")
+    valid = header[24:28] == header[92:96]
+    wal = path.with_name(path.name + "-wal")
+    wal_holds_pages = wal.exists() and wal.stat().st_size > 0
+    if info.st_size % page or (valid and pages * page > info.st_size and not wal_holds_pages):
+        return (
+            f"is truncated ({info.st_size} bytes; its header says {pages * page}): it was cut "
+            f"short by a copy, a full disk or a crash of the disk; {_ASIDE}"
+        )
+    # Without a -wal file (no daemon on it, or a clean stop), open it immutable: a plain
+    # read-only open of a WAL database would create -wal and -shm, and a probe writes nothing.
+    mode = "mode=ro" if wal.exists() else "immutable=1"
+    try:
+        conn = sqlite3.connect(f"file:{path}?{mode}", uri=True)
+    except sqlite3.Error as exc:
+        return f"cannot be opened ({exc}); {_ASIDE}"
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not tables:
+            return None
+        if "meta" not in tables:
+            return (
+                "is a SQLite database of something else (it has no meta table); point --root "
+                f"at the colony's folder, or {_ASIDE}"
+            )
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    except sqlite3.Error as exc:
+        return f"is damaged ({exc}); {_ASIDE}"
+    finally:
+        conn.close()
+    if row is not None and row[0] != SCHEMA_VERSION:
+        return (
+            f"has schema_version {row[0]}, and this daemon reads {SCHEMA_VERSION}: run the "
+            f"meclaw that wrote it, or {_ASIDE}"
+        )
+    return None
+
+
+def open_for_writing(path: Path) -> sqlite3.Connection:
+    """The writer's connection, tables created; :class:`ColonyDbError` (file, problem, fix)
+    instead of a traceback when the file is not a usable ``colony.db``."""
+    problem = probe(path)
+    if problem is None:
+        try:
+            conn = connect(str(path))
+        except sqlite3.Error as exc:
+            problem = f"cannot be opened for writing ({exc}); check the folder's permissions"
+        else:
+            try:
+                migrate(conn)
+                return conn
+            except sqlite3.Error as exc:
+                conn.close()
+                problem = f"is damaged ({exc}); {_ASIDE}"
+            except SchemaError as exc:
+                conn.close()
+                problem = f"{exc}; {_ASIDE}"
+    raise ColonyDbError(f"{path}: {problem}")
+
+
+def identity(path: Path) -> tuple[int, int] | None:
+    """``(device, inode)`` of the file at ``path`` now, or None when there is none."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino)

@@ -198,3 +198,47 @@ async def test_the_delivery_switch_reaches_the_colony(tmp_path: Path, delivery: 
         colony={"delivery": delivery},
     ) as harness:
         assert harness.colony.at_least_once is (delivery == "at_least_once")
+
+
+async def test_a_journal_larger_than_the_mailbox_bounds_is_redelivered_a_page_at_a_time(
+    tmp_path: Path,
+) -> None:
+    tree = _tree(tmp_path)
+    work = tmp_path / "work"
+    pad = "p" * 5_000
+    closed = asyncio.Event()
+    async with ColonyHarness(
+        tree, capture=["/sink"], cell_types=_gate(closed, []), workdir=work
+    ) as harness:
+        for n in range(300):  # about 1.5 MB journalled for /slow
+            body = _body(f"m{n}")
+            body["pad"] = pad
+            await harness.send("/slow", body)
+    settings = work / "colony" / "colony.json"
+    settings.write_text(json.dumps({"mailbox_max_bytes": 100_000}))
+
+    started: list[str] = []
+    opened = asyncio.Event()
+    peak = [0]
+    async with ColonyHarness(
+        tree, capture=["/sink"], cell_types=_gate(opened, started), workdir=work
+    ) as harness:
+        colony = harness.colony
+        stats = colony.runners["/slow"].mailbox.statistics()
+        assert stats.queued == 300  # all of it is the cell's, most of it still on disk
+        assert stats.queued_bytes == 0  # nothing is read before the cell asks
+        assert colony.redelivered == 300
+
+        async def watch() -> None:
+            while True:
+                peak[0] = max(peak[0], colony.queued.value)
+                await asyncio.sleep(0)
+
+        watcher = asyncio.create_task(watch())
+        opened.set()
+        await harness.settle()
+        watcher.cancel()
+        assert started == [f"m{n}" for n in range(300)]  # in order, each once
+        assert [_n(m) for m in harness.captured("/sink")] == started
+    assert 0 < peak[0] <= 100_000 + 6_000  # the bound, plus the one message always let in
+    assert _journal(work) == []

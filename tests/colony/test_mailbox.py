@@ -1,11 +1,14 @@
-"""The in-memory mailbox: bounded, and fair to the senders waiting for room."""
+"""The in-memory mailbox: bounded in messages and in bytes, and fair to the senders waiting
+for room."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+from typing import Any
 
 from colony.envelope import Envelope, source_message
-from colony.mailbox import MemoryMailbox
+from colony.mailbox import ByteGauge, MemoryMailbox, message_bytes
 
 
 def _message(text: str) -> Envelope:
@@ -40,3 +43,42 @@ async def test_a_put_with_room_and_nobody_waiting_does_not_wait() -> None:
     await asyncio.wait_for(box.put(_message("b")), timeout=0.01)
     assert box.full()
     assert box.statistics().peak == 2
+
+
+def _sized(text: str, pad: int) -> Envelope:
+    message = _message(text)
+    message.body["pad"] = "p" * pad
+    return message
+
+
+async def test_a_mailbox_full_in_bytes_makes_its_sender_wait_as_a_full_one_does() -> None:
+    gauge = ByteGauge()
+    box = MemoryMailbox(100, max_bytes=10_000, gauge=gauge)
+    first, second = _sized("first", 6_000), _sized("second", 6_000)
+    await box.put(first)
+    assert not box.full()  # a small message still fits
+    waiting = asyncio.create_task(box.put(second))
+    await asyncio.sleep(0)
+    assert not waiting.done()  # 12 kB would pass the bound: the sender waits
+    assert gauge.value == message_bytes(first) + message_bytes(second)  # a waiter counts
+    taken = await box.get()
+    await asyncio.wait_for(waiting, timeout=1)
+    assert taken is first
+    assert box.statistics().queued_bytes == message_bytes(second) == gauge.value
+
+
+async def test_an_empty_mailbox_takes_one_message_larger_than_its_byte_bound() -> None:
+    box = MemoryMailbox(10, max_bytes=1_000)
+    await asyncio.wait_for(box.put(_sized("huge", 50_000)), timeout=0.01)
+    assert box.qsize() == 1
+
+
+def test_message_bytes_follow_the_json_size_and_any_nesting_depth() -> None:
+    message = _sized("x", 10_000)
+    encoded = len(json.dumps(message.to_json()))
+    assert 0.8 * encoded < message_bytes(message) < 1.2 * encoded
+    deep: list[Any] = []
+    for _ in range(100_000):
+        deep = [deep]
+    message.body = {**message.body, "deep": deep}
+    assert message_bytes(message) > 100_000  # walked without recursion

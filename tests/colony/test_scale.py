@@ -318,6 +318,18 @@ def _journal(db: Path, count: int) -> None:
     conn.close()
 
 
+def _read_pages(db: ColonyDb) -> int:
+    """Read the journal as boot redelivery does: counted per cell, then a page at a time."""
+    snapshot = db.journal()
+    read = 0
+    for path in snapshot.cells:
+        after = 0
+        while page := snapshot.page(path, after):
+            after = page[-1].seq
+            read += len(page)
+    return read
+
+
 async def _redelivery_costs(tree: Path, workdir: Path, count: int) -> tuple[float, float]:
     """Seconds per message to read a journal of ``count`` at boot, and to handle them all."""
     gated = _Gated(count)
@@ -329,7 +341,7 @@ async def _redelivery_costs(tree: Path, workdir: Path, count: int) -> tuple[floa
     reader = ColonyDb(db)
     try:
         with _timer() as elapsed:
-            assert len(reader.journal()) == count
+            assert _read_pages(reader) == count
             read = elapsed() / count
     finally:
         reader.close()

@@ -1,0 +1,55 @@
+"""Text that SQLite (and a UTF-8 log file) can take, from any Python string.
+
+A Python ``str`` may hold code points UTF-8 cannot encode: lone surrogates (``"\\ud800"``
+from a JSON ``\\ud800`` escape a cell printed, ``"\\udce9"`` from a folder name that is not
+UTF-8, read with ``surrogateescape``). Binding one to SQLite raises, and before this module
+that one string failed every write of the daemon's life (issue 15, item 11). So everything
+``colony.db`` stores passes through here first:
+
+* JSON text (bodies, headers, whole envelopes) keeps JSON's own escape: a surrogate is written
+  as the six characters ``\\ud800`` (``json.dumps(..., ensure_ascii=True)``), which
+  ``json.loads`` reads back as the same string: lossless. One limit of JSON itself: a high
+  surrogate directly followed by a low one reads back as the one character the pair encodes.
+* Plain text columns (paths, ids, keys, reasons) get the same six-character form
+  (``backslashreplace``); the row's JSON column holds the exact value where one exists
+  (``journal.envelope``, ``dead_letters.message_json``).
+
+Text that is valid already (nearly all of it) costs one O(1) ``isascii()`` check, or one
+regex scan when it is not ASCII, and is stored unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def has_surrogate(text: str) -> bool:
+    """True when ``text`` cannot be encoded as UTF-8."""
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
+def storable_text(text: str) -> str:
+    """``text`` itself, or with each surrogate spelled ``\\udXXX``."""
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def storable_optional(text: str | None) -> str | None:
+    return None if text is None else storable_text(text)
+
+
+def storable_json(value: Any) -> str:
+    """``value`` as JSON text that encodes as UTF-8, readable with ``json.loads``.
+
+    A value JSON cannot hold (a Python object a cell returned) is written as its ``repr``:
+    the log must still take it. Raises ``ValueError`` / ``RecursionError`` only for what no
+    JSON can be (a cycle, nesting past the interpreter's limit)."""
+    text = json.dumps(value, ensure_ascii=False, default=repr)
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    return json.dumps(value, ensure_ascii=True, default=repr)

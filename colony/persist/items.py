@@ -1,0 +1,105 @@
+"""What the ``colony.db`` writer's queue carries: rows, units, and the barriers between them.
+
+A :class:`Unit` is the at-least-once hand-off (one handled message and everything it caused);
+the rest are single rows written outside any unit (at-most-once mode, boot, registry) and the
+writer's own barriers (:class:`Fence`, :class:`Stop`). Each :data:`Piece` can be applied, or
+fail, on its own: that is what lets one bad unit fail alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from colony.dead_letters import DeadLetter
+from colony.envelope import Envelope
+
+
+@dataclass(frozen=True, slots=True)
+class LogRow:
+    """One routing decision into a cell or hive (meclaw's ``message_log`` row)."""
+
+    message: Envelope
+    from_path: str
+    to_path: str
+    ttl: int
+
+
+@dataclass(frozen=True, slots=True)
+class Registry:
+    path: str
+    cell_id: str
+    cell_type: str
+    status: str
+    at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Forget:
+    """Remove one journal row (its cell is gone; the caller dead-letters the message)."""
+
+    seq: int
+
+
+@dataclass(slots=True)
+class Unit:
+    """Everything one hand-off writes, committed in one transaction (at-least-once delivery).
+
+    A unit is what the colony does with one message: the handling cell's emissions routed,
+    their message-log rows and dead letters, every delivery they cause (journal inserts), and
+    the removal of the handled message from the journal (``ack``). Committed together, a crash
+    leaves either the handled message in the journal and none of its effects, or its effects
+    and not the message. ``key`` makes an ingress idempotent: a unit whose key was seen before
+    commits nothing and reports itself a duplicate.
+    """
+
+    ack: tuple[str, str] | None = None
+    """``(message id, cell path)`` of the handled message, or None for an ingress."""
+    key: str | None = None
+    logs: list[LogRow] = field(default_factory=list)
+    letters: list[DeadLetter] = field(default_factory=list)
+    deliveries: list[tuple[Any, Envelope, str]] = field(default_factory=list)
+    """``(runner, message, sender)``: put into the runner's mailbox once committed."""
+    closed: bool = False
+    duplicate: bool = False
+    message: Envelope | None = None
+    """The handled message (or the ingress's own): what is dead-lettered if the unit cannot
+    be stored."""
+    fail_fast: bool = False
+    """An ingress whose caller answers at once: fail it while the storage is unavailable
+    instead of keeping it for a retry."""
+
+    def log(self, message: Envelope, from_path: str, to_path: str) -> None:
+        self.logs.append(LogRow(message, from_path, to_path, message.ttl))
+
+    def dead_letter(self, letter: DeadLetter) -> None:
+        self.letters.append(letter)
+
+
+Done = Callable[[BaseException | None], None]
+
+
+class Commit:
+    __slots__ = ("done", "unit")
+
+    def __init__(self, unit: Unit, done: Done) -> None:
+        self.unit = unit
+        self.done = done
+
+
+class Fence:
+    """Passes once everything queued before it was tried (committed, rejected, or kept for a
+    retry while the storage is unavailable: reads then see what is committed)."""
+
+    __slots__ = ("done",)
+
+    def __init__(self, done: Done) -> None:
+        self.done = done
+
+
+class Stop:
+    pass
+
+
+Piece = LogRow | DeadLetter | Registry | Forget | Commit

@@ -1,0 +1,214 @@
+"""The rows of one writer transaction, serialised and escaped on the writer's thread.
+
+Every string passes through :mod:`colony.persist.escape` on its way in, so no value a cell
+produced can make SQLite refuse a row for its encoding. What a rejected unit leaves behind (its
+``unstorable`` dead letters) is built here too.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any
+
+from colony.dead_letters import DeadLetter, DeadLetterCode
+from colony.envelope import Envelope
+from colony.persist.escape import storable_json, storable_optional, storable_text
+from colony.persist.items import Commit, Forget, LogRow, Piece, Unit
+
+UNSTORABLE = DeadLetterCode.UNSTORABLE
+"""Dead-letter code of a message whose unit ``colony.db`` could not store."""
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as one storable line: its type and message."""
+    return storable_text(f"{type(exc).__name__}: {exc}")
+
+
+class Rows:
+    """Rows of one transaction, serialised (and escaped) on the writer thread."""
+
+    __slots__ = ("_body", "_body_json", "acks", "forgets", "inserts", "letters", "logs", "registry")
+
+    def __init__(self) -> None:
+        self.logs: list[tuple[Any, ...]] = []
+        self.letters: list[tuple[Any, ...]] = []
+        self.inserts: list[tuple[Any, ...]] = []
+        self.acks: list[tuple[str, str]] = []
+        self.forgets: list[tuple[int]] = []
+        self.registry: list[tuple[Any, ...]] = []
+        self._body: Any = None
+        self._body_json = ""
+
+    def _body_of(self, m: Envelope) -> str:
+        # Follow-ups of one emission and transit copies share a body object.
+        if m.body is not self._body or not self._body_json:
+            self._body_json = storable_json(m.body)
+            self._body = m.body
+        return self._body_json
+
+    def log(self, item: LogRow) -> None:
+        m = item.message
+        self.logs.append(
+            (
+                storable_text(m.id),
+                storable_text(m.trace_id),
+                storable_optional(m.parent_message_id),
+                storable_optional(m.correlation_id),
+                item.ttl,
+                storable_text(item.from_path),
+                storable_text(item.to_path),
+                storable_optional(m.reply_to),
+                storable_json({"context": m.headers.context, "hop": m.headers.hop}),
+                "inline",
+                self._body_of(m),
+                m.created_at,
+            )
+        )
+
+    def letter(self, item: DeadLetter) -> None:
+        self.letters.append(letter_row(item))
+
+    def journal(self, cell: str, sender: str, m: Envelope) -> None:
+        # The envelope as dead letters store it, minus the body: that is kept apart, so a body
+        # shared by follow-ups is serialised once (the journal reader joins them again).
+        envelope = m.to_json()
+        del envelope["body_kind"], envelope["body_payload"]
+        self.inserts.append(
+            (
+                storable_text(m.id),
+                storable_text(cell),
+                storable_text(sender),
+                storable_json(envelope),
+                self._body_of(m),
+            )
+        )
+
+    def unit(self, conn: sqlite3.Connection, unit: Unit) -> None:
+        unit.duplicate = False
+        if unit.key is not None:
+            trace = unit.deliveries[0][1].trace_id if unit.deliveries else ""
+            taken = conn.execute(
+                "INSERT OR IGNORE INTO ingress_keys(key, trace_id, created_at) VALUES (?,?,?)",
+                (storable_text(unit.key), storable_text(trace), int(time.time())),
+            ).rowcount
+            if not taken:
+                unit.duplicate = True
+                return
+        for row in unit.logs:
+            self.log(row)
+        for letter in unit.letters:
+            self.letter(letter)
+        for runner, message, sender in unit.deliveries:
+            self.journal(runner.path, sender, message)
+        if unit.ack is not None:
+            self.acks.append((storable_text(unit.ack[0]), storable_text(unit.ack[1])))
+
+    def add(self, conn: sqlite3.Connection, piece: Piece) -> None:
+        if isinstance(piece, Commit):
+            self.unit(conn, piece.unit)
+        elif isinstance(piece, LogRow):
+            self.log(piece)
+        elif isinstance(piece, DeadLetter):
+            self.letter(piece)
+        elif isinstance(piece, Forget):
+            self.forgets.append((piece.seq,))
+        else:
+            self.registry.append(
+                (
+                    storable_text(piece.path),
+                    storable_text(piece.cell_id),
+                    storable_text(piece.cell_type),
+                    piece.status,
+                    piece.at,
+                    piece.at,
+                )
+            )
+
+    def write(self, conn: sqlite3.Connection) -> None:
+        if self.inserts:
+            conn.executemany(
+                "INSERT INTO journal(id, cell, sender, envelope, body) VALUES (?,?,?,?,?)",
+                self.inserts,
+            )
+        if self.acks:
+            # ``+cell``: look rows up by id; the (cell, seq) index would scan a whole cell.
+            conn.executemany("DELETE FROM journal WHERE id = ? AND +cell = ?", self.acks)
+        if self.forgets:
+            conn.executemany("DELETE FROM journal WHERE seq = ?", self.forgets)
+        if self.logs:
+            conn.executemany(
+                "INSERT INTO message_log(id, trace_id, parent_message_id, correlation_id, ttl, "
+                "from_path, to_path, reply_to, headers, body_kind, body_payload, created_at) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                self.logs,
+            )
+        if self.letters:
+            conn.executemany(
+                "INSERT INTO dead_letters(sender_path, original_target, resolved_target, "
+                "error_code, trace_id, created_at, message_json, detail, message_id) "
+                "VALUES (?,?,?,?,?,?,?,?,?)",
+                self.letters,
+            )
+        if self.registry:
+            conn.executemany(
+                "INSERT INTO registry(path, cell_id, cell_type, status, created_at, updated_at) "
+                "VALUES (?,?,?,?,?,?) ON CONFLICT(path) DO UPDATE SET cell_id=excluded.cell_id, "
+                "cell_type=excluded.cell_type, status=excluded.status, "
+                "updated_at=excluded.updated_at",
+                self.registry,
+            )
+
+
+def letter_row(item: DeadLetter) -> tuple[Any, ...]:
+    m = item.message
+    try:
+        message_json = storable_json(m.to_json())
+    except (ValueError, RecursionError) as exc:  # a cycle, or nesting no JSON can hold
+        doc = m.to_json()
+        doc["body_payload"] = {"unstorable_body": _stand_in(m.body)}
+        message_json = storable_json(doc)
+        item = DeadLetter(
+            item.error_code,
+            item.sender_path,
+            item.original_target,
+            item.resolved_target,
+            m,
+            f"{item.detail or ''} (body not storable as JSON: {describe(exc)})".strip(),
+        )
+    return (
+        storable_text(item.sender_path),
+        storable_text(item.original_target),
+        storable_text(item.resolved_target),
+        storable_text(item.error_code),
+        storable_text(m.trace_id),
+        m.created_at if -(2**63) <= m.created_at < 2**63 else 0,
+        message_json,
+        storable_optional(item.detail),
+        storable_text(m.id),
+    )
+
+
+def _stand_in(body: Any) -> str:
+    """What a dead letter keeps of a body no JSON can hold: the start of its ``repr``."""
+    try:
+        return storable_text(repr(body)[:10_000])
+    except (RecursionError, ValueError, TypeError):
+        return f"<a {type(body).__name__} nested too deep to print>"
+
+
+def unstorable_letters(unit: Unit, reason: str) -> list[DeadLetter]:
+    """What a rejected unit leaves in the dead letters: its handled (or ingress) message, or,
+    for a long-running cell's own emissions, the messages they would have delivered."""
+    detail = (
+        f"colony.db could not store what this message caused ({reason}); it was removed from "
+        "the journal and its effects were not delivered; replay it once the cause is fixed"
+    )
+    cell = unit.ack[1] if unit.ack is not None else None
+    if unit.message is not None:
+        m = unit.message
+        return [DeadLetter(UNSTORABLE, cell or "/", m.target, cell or m.target, m, detail)]
+    return [
+        DeadLetter(UNSTORABLE, sender, m.target, runner.path, m, detail)
+        for runner, m, sender in unit.deliveries
+    ]

@@ -1,0 +1,368 @@
+"""The thread that commits everything ``colony.db`` is given, and how a write may fail.
+
+Items arrive through a queue and are committed in batches (group commit): one transaction for
+up to 1,024 items, which is what makes the journal affordable. A failure has one of two causes,
+and each is handled so that it cannot outlive itself:
+
+* **the content of one piece** (a string SQLite cannot encode, a body with a cycle, an integer
+  past 64 bits): the batch is rolled back and applied again piece by piece, each in a
+  savepoint, so every other piece commits. The failing unit's handled message is
+  dead-lettered ``unstorable`` with the reason, and removed from the journal in the same
+  transaction: it is neither lost nor redelivered at every boot. A caller awaiting the unit
+  gets :class:`UnitRejected`.
+* **the storage** (disk full, I/O error, locked, the file gone): nothing is anyone's fault and
+  nothing is dropped. Ingress units (``fail_fast``) fail at once with
+  :class:`StorageUnavailable`, so the ingress answers 503 instead of holding its caller; every
+  other piece is kept, in order, and retried with a growing pause (50 ms to 2 s). While
+  nothing is kept, a one-row probe checks now and then whether writes work again. The first
+  commit that succeeds ends the outage: the writer is never left failed.
+
+The writer thread never dies of an error: everything it cannot apply is reported through
+``on_event`` (which the colony turns into log lines) and the callers' futures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from colony.crashpoints import crash_point
+from colony.dead_letters import DeadLetter
+from colony.persist.escape import storable_text
+from colony.persist.items import Commit, Fence, Piece, Stop
+from colony.persist.rows import UNSTORABLE, Rows, describe, unstorable_letters
+
+BATCH = 1024
+"""Items taken from the queue per transaction, at most."""
+
+_RETRY_FIRST_S = 0.05
+_RETRY_MAX_S = 2.0
+
+# Primary SQLite result codes that say the storage, not the data, is at fault.
+_STORAGE_CODES = frozenset(
+    {
+        5,  # SQLITE_BUSY
+        6,  # SQLITE_LOCKED
+        7,  # SQLITE_NOMEM
+        8,  # SQLITE_READONLY
+        10,  # SQLITE_IOERR
+        11,  # SQLITE_CORRUPT
+        13,  # SQLITE_FULL
+        14,  # SQLITE_CANTOPEN
+        15,  # SQLITE_PROTOCOL
+        26,  # SQLITE_NOTADB
+    }
+)
+
+
+class PersistenceError(Exception):
+    """``colony.db`` could not be written."""
+
+
+class StorageUnavailable(PersistenceError):
+    """The storage refuses writes for now (disk full, I/O error, the file gone): nothing was
+    committed; try again later."""
+
+
+class UnitRejected(PersistenceError):
+    """This unit alone cannot be stored; its message was dead-lettered ``unstorable``."""
+
+
+def storage_trouble(exc: BaseException) -> bool:
+    """True when ``exc`` says the storage failed (retry later), not the data written."""
+    if isinstance(exc, OSError):
+        return True
+    if isinstance(exc, sqlite3.OperationalError):
+        return True  # disk I/O, full, locked, no such table (the file was replaced), ...
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF in _STORAGE_CODES
+
+
+Event = Callable[[str, dict[str, Any]], None]
+"""``(event name, fields)``: what the writer reports (called on the writer thread)."""
+
+
+class Writer:
+    """Runs in its own thread (``run``) and owns the write connection."""
+
+    def __init__(self, conn: sqlite3.Connection, items: queue.SimpleQueue[Any]) -> None:
+        self.conn = conn
+        self.items = items
+        self.on_event: Event | None = None
+        self.rows_written = 0
+        self.journalled = 0
+        """Journal inserts committed so far (deliveries made durable)."""
+        self.rejected = 0
+        """Pieces that could not be stored (dead-lettered or reported)."""
+        self.kept: list[Piece] = []
+        """Pieces waiting for the storage to come back, oldest first."""
+        self.storage_error: BaseException | None = None
+        """Why the last write failed for want of storage; None once a commit succeeds."""
+        self.storage_error_since: float | None = None
+        self.lost: str | None = None
+        """Set when ``colony.db`` was deleted or replaced: nothing is written any more."""
+        self.abandoned = 0
+        """Pieces still kept when the writer was stopped."""
+
+    def _event(self, name: str, **fields: Any) -> None:
+        if self.on_event is not None:
+            with contextlib.suppress(Exception):  # a report must never stop the writer
+                self.on_event(name, fields)
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        wait = _RETRY_FIRST_S
+        while True:
+            timeout = wait if (self.kept or self.storage_error is not None) else None
+            work, fences, stop = self._gather(timeout)
+            if work:
+                self._commit(work)
+            elif self.storage_error is not None and self.lost is None and not stop:
+                self._probe()
+            for fence in fences:
+                fence.done(None)
+            if stop:
+                self._stop()
+                return
+            wait = _RETRY_FIRST_S if self.storage_error is None else min(wait * 2, _RETRY_MAX_S)
+
+    def _gather(self, pause: float | None) -> tuple[list[Piece], list[Fence], bool]:
+        """The kept pieces and up to ``BATCH`` new items. With nothing wrong, it waits for
+        the first item and takes what else is queued. While the storage is out it collects
+        for ``pause`` seconds first, so a retry is not made for every item that arrives; a
+        fence or a stop ends the pause (a reader, or shutdown, is waiting)."""
+        work: list[Piece] = self.kept
+        self.kept = []
+        fences: list[Fence] = []
+        stop = False
+        deadline = None if pause is None else time.monotonic() + pause
+        taken = 0
+        while taken < BATCH:
+            try:
+                if taken == 0 and deadline is None:
+                    item = self.items.get()
+                elif deadline is None:
+                    item = self.items.get_nowait()
+                else:
+                    item = self.items.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            taken += 1
+            if isinstance(item, Fence):
+                fences.append(item)
+                deadline = None
+            elif isinstance(item, Stop):
+                stop = True
+                deadline = None
+            else:
+                work.append(item)
+        return work, fences, stop
+
+    def _stop(self) -> None:
+        if self.kept and self.lost is None:
+            kept, self.kept = self.kept, []
+            self._commit(kept)  # one last try
+        self.abandoned = len(self.kept)
+        for piece in self.kept:
+            if isinstance(piece, Commit):
+                piece.done(StorageUnavailable("the daemon stopped before colony.db came back"))
+        if self.kept:
+            self._event(
+                "colony_db_writes_abandoned",
+                pieces=len(self.kept),
+                units=sum(isinstance(p, Commit) for p in self.kept),
+                error=describe(self.storage_error) if self.storage_error else self.lost,
+                detail="colony.db could not be written before the daemon stopped; handled "
+                "messages whose effects were not committed stay in the journal and run again "
+                "at the next boot; message-log rows and dead letters among these are lost",
+            )
+        with contextlib.suppress(sqlite3.Error):
+            self.conn.close()
+
+    # -- one batch ----------------------------------------------------------------------------
+
+    def _commit(self, work: list[Piece]) -> None:
+        if self.lost is not None:
+            self._defer(work, StorageUnavailable(self.lost))
+            return
+        try:
+            counts = self._transaction(work)
+        except Exception as exc:
+            self._rollback()
+            if storage_trouble(exc):
+                self._defer(work, exc)
+            else:
+                self._isolate(work)
+            return
+        self._committed(counts)
+        for piece in work:
+            if isinstance(piece, Commit):
+                piece.done(None)
+
+    def _transaction(self, work: Sequence[Piece]) -> tuple[int, int]:
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        rows = Rows()
+        for piece in work:
+            rows.add(conn, piece)
+        rows.write(conn)
+        if any(isinstance(piece, Commit) for piece in work):
+            crash_point("journal.commit")
+        conn.execute("COMMIT")
+        return len(rows.logs) + len(rows.letters), len(rows.inserts)
+
+    def _rollback(self) -> None:
+        try:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+    def _committed(self, counts: tuple[int, int]) -> None:
+        self.rows_written += counts[0]
+        self.journalled += counts[1]
+        if self.storage_error is not None:
+            self._event(
+                "colony_db_recovered",
+                after_s=round(time.monotonic() - (self.storage_error_since or 0), 1),
+                error=describe(self.storage_error),
+                detail="colony.db takes writes again; everything kept meanwhile is committed",
+            )
+            self.storage_error = None
+            self.storage_error_since = None
+
+    def _defer(self, work: Iterable[Piece], exc: BaseException) -> None:
+        """Storage trouble: fail the ingress units, keep the rest for a retry."""
+        if self.storage_error is None and self.lost is None:  # a loss was reported already
+            self.storage_error_since = time.monotonic()
+            self._event(
+                "colony_db_unavailable",
+                error=describe(exc),
+                detail="colony.db cannot be written; ingress is refused (503) and everything "
+                "else is kept and retried until it can (nothing accepted is dropped)",
+            )
+        self.storage_error = exc
+        for piece in work:
+            if isinstance(piece, Commit) and piece.unit.fail_fast:
+                piece.done(StorageUnavailable(f"colony.db cannot be written: {describe(exc)}"))
+            else:
+                self.kept.append(piece)
+
+    def _isolate(self, work: list[Piece]) -> None:
+        """The batch failed on content: apply each piece alone, in a savepoint, so that only
+        the pieces that fail are left out."""
+        conn = self.conn
+        failed: list[tuple[Piece, BaseException]] = []
+        counts = [0, 0]
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for piece in work:
+                conn.execute("SAVEPOINT piece")
+                try:
+                    rows = Rows()
+                    rows.add(conn, piece)
+                    rows.write(conn)
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO piece")
+                    conn.execute("RELEASE piece")
+                    if storage_trouble(exc):
+                        raise
+                    failed.append((piece, exc))
+                    self._reject(piece, exc)
+                    continue
+                conn.execute("RELEASE piece")
+                counts[0] += len(rows.logs) + len(rows.letters)
+                counts[1] += len(rows.inserts)
+            conn.execute("COMMIT")
+        except Exception as exc:
+            self._rollback()
+            if storage_trouble(exc):
+                self._defer(work, exc)
+                return
+            # A bug, not a piece: report it and keep everything for the next round.
+            self._event("colony_db_writer_error", error=describe(exc))
+            self.kept.extend(work)
+            self.storage_error = self.storage_error or exc
+            return
+        self._committed((counts[0], counts[1]))
+        bad = {id(piece) for piece, _ in failed}
+        for piece in work:
+            if isinstance(piece, Commit) and id(piece) not in bad:
+                piece.done(None)
+        for piece, error in failed:
+            self.rejected += 1
+            self._report_rejected(piece, error)
+
+    def _reject(self, piece: Piece, exc: BaseException) -> None:
+        """Inside the isolating transaction: what a failed piece leaves behind."""
+        conn = self.conn
+        reason = describe(exc)
+        if isinstance(piece, Commit):
+            letters = unstorable_letters(piece.unit, reason)
+            ack = piece.unit.ack
+        elif isinstance(piece, DeadLetter):
+            letters = [piece]
+            ack = None
+        else:
+            return  # a message-log or registry row: reported, nothing else to keep
+        conn.execute("SAVEPOINT fallback")
+        try:
+            rows = Rows()
+            for letter in letters:
+                rows.letter(letter)
+            if ack is not None:
+                rows.acks.append((storable_text(ack[0]), storable_text(ack[1])))
+            rows.write(conn)
+        except Exception as second:
+            conn.execute("ROLLBACK TO fallback")
+            conn.execute("RELEASE fallback")
+            if storage_trouble(second):
+                raise
+            return
+        conn.execute("RELEASE fallback")
+
+    def _report_rejected(self, piece: Piece, exc: BaseException) -> None:
+        reason = describe(exc)
+        if isinstance(piece, Commit):
+            unit = piece.unit
+            dead = unstorable_letters(unit, reason)
+            self._event(
+                "unit_rejected",
+                error=reason,
+                cell=unit.ack[1] if unit.ack else None,
+                message_id=unit.message.id if unit.message else None,
+                trace_id=unit.message.trace_id if unit.message else None,
+                dead_lettered=[d.message.id for d in dead],
+                detail="colony.db could not store what handling this message caused; the rest "
+                "of the batch was committed without it and the message is dead-lettered "
+                f"{UNSTORABLE}",
+            )
+            piece.done(UnitRejected(reason))
+        else:
+            self._event(
+                "colony_db_row_rejected",
+                kind=type(piece).__name__,
+                error=reason,
+                detail="one row could not be stored; everything else was committed",
+            )
+
+    def _probe(self) -> None:
+        """While the storage is out and nothing is kept: does a one-row write work again?"""
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+            self.conn.execute(
+                "INSERT INTO meta(key, value) VALUES ('writer_probe', ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (str(time.time()),),
+            )
+            self.conn.execute("COMMIT")
+        except Exception as exc:
+            self._rollback()
+            self.storage_error = exc
+            return
+        self._committed((0, 0))
