@@ -10,6 +10,8 @@ from pathlib import Path
 from colony.persist.db import ColonyDb, claim_replay, read_dead_letter, read_dead_letters
 
 OLD_TABLE = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO meta(key, value) VALUES ('schema_version', '1');
 CREATE TABLE dead_letters (
     id INTEGER PRIMARY KEY, sender_path TEXT NOT NULL, original_target TEXT NOT NULL,
     resolved_target TEXT NOT NULL, error_code TEXT NOT NULL, trace_id TEXT NOT NULL,
