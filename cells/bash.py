@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import math
 import os
 import resource
@@ -32,6 +31,7 @@ from typing import Annotated, Any, cast
 from pydantic import BaseModel, ConfigDict, Field
 
 from cells.code.process import Limits, scrubbed_environ
+from cells.strict_json import JsonTextError, loads
 from cells.text import cut_visibly, utf8_len
 from colony.cell import CellClass, CellSpec, CellType, Emission, ParamProblem, pydantic_check
 from colony.envelope import Envelope, JsonObject
@@ -88,8 +88,8 @@ def parse_tool_call(body: Any) -> tuple[JsonObject, str | None]:
     if not isinstance(text, str):
         raise ToolCallError("the tool_call turn has no text (its JSON arguments)", call_id)
     try:
-        args = json.loads(text)
-    except json.JSONDecodeError as exc:
+        args = loads(text)
+    except JsonTextError as exc:
         raise ToolCallError(f"tool_call text is not valid JSON: {exc}", call_id) from None
     if not isinstance(args, dict):
         raise ToolCallError("tool_call text must be a JSON object of arguments", call_id)

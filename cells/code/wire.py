@@ -10,7 +10,9 @@ Stdin is one JSON object with exactly three keys::
 
 serialised with sorted keys and compact separators, as meclaw does. Stdout is one JSON value:
 an object (one emission), an array of objects (one emission each; ``[]`` emits nothing), and
-each object's ``header`` (if any) must be an object.
+each object's ``header`` (if any) must be an object. It must be standard JSON, as meclaw's
+parser reads it: ``NaN``/``Infinity``, a lone surrogate escape (``"\\ud800"``) or nesting deeper
+than 128 levels is ``invalid_json`` naming the problem (see :mod:`cells.strict_json`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from cells.strict_json import JsonTextError, loads
 from colony.envelope import Envelope, JsonObject
 
 _SECRET_KEYS = frozenset({"api_key", "auth", "auth_ref", "token", "secret", "password"})
@@ -72,13 +75,10 @@ class WireError(Exception):
 
 def parse_stdout(stdout: bytes) -> list[JsonObject]:
     """The contents a script printed, or :class:`WireError`."""
-    text = stdout.decode("utf-8", "replace")
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise WireError(
-            f"invalid_json: {exc.msg} (line {exc.lineno}, column {exc.colno})"
-        ) from None
+        value = loads(stdout.decode("utf-8", "replace"))
+    except JsonTextError as exc:
+        raise WireError(f"invalid_json: {exc}") from None
     items = value if isinstance(value, list) else [value] if isinstance(value, dict) else None
     if items is None:
         raise WireError("invalid_json: top-level must be Object or Array")

@@ -11,12 +11,12 @@ on any table, existing or not).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from cells.store.params import SQL_TYPES, identifier_problem
+from cells.strict_json import JsonTextError, loads
 from cells.text import dumps_sorted
 
 Schema = Mapping[str, Mapping[str, str]]
@@ -80,10 +80,13 @@ def parse_call(messages: Any) -> tuple[str, dict[str, Any]]:
     if not isinstance(turn, dict) or turn.get("type") != "tool_call":
         raise ArgsError("error", "messages[0] must be a tool_call turn")
     call_id = turn.get("id") if isinstance(turn.get("id"), str) else ""
+    text = turn.get("text")
+    if not isinstance(text, str):
+        raise ArgsError("error", "the tool_call text is not JSON (it is not a string)")
     try:
-        args = json.loads(turn.get("text") or "")
-    except (json.JSONDecodeError, TypeError):
-        raise ArgsError("error", "the tool_call text is not JSON") from None
+        args = loads(text)
+    except JsonTextError as exc:
+        raise ArgsError("error", f"the tool_call text is not JSON: {exc}") from None
     if not isinstance(args, dict):
         raise ArgsError("error", "the tool_call text must be a JSON object")
     return str(call_id), args

@@ -22,11 +22,11 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from cells.strict_json import loads as loads_strict
 from cells.text import cut_visibly, dumps_sorted, utf8_len
 from cells.web.common import (
     ToolFailure,
     human_duration,
-    loads_strict,
     lossy_utf8,
     lossy_utf8_prefix,
     parse_tool_call,
