@@ -19,7 +19,14 @@ from typing import Any
 
 from cells.code.params import INLINE_ARG_LIMIT, CodeParams
 from cells.code.process import Limits, ProcessError, RunResult, run_spawned, shared_zygote
-from cells.code.wire import WireError, error_content, parse_stdout, script_params, stdin_document
+from cells.code.wire import (
+    DETAIL_LIMIT,
+    WireError,
+    error_content,
+    parse_stdout,
+    script_params,
+    stdin_document,
+)
 from colony.cell import CellSpec, Emission
 from colony.contracts import emits_violation
 from colony.envelope import Envelope, JsonObject, split_content
@@ -135,6 +142,7 @@ class CodeCell:
                 error_content(
                     "script_failed",
                     text,
+                    error=_failure(result, stderr_text, self.limits),
                     exit_code=result.exit_code,
                     had_stderr=had_stderr,
                     duration_ms=duration,
@@ -176,6 +184,31 @@ class CodeCell:
                 )
             ]
         return stamped
+
+
+def _failure(result: RunResult, stderr: str, limits: Limits) -> JsonObject:
+    """``meta.error`` of a script that failed: the cause in one line (a Python script's
+    exception line is the last line of its stderr) and the stderr tail as its traceback."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    if result.term_signal == signal.SIGXCPU:
+        detail = f"the script hit its CPU limit ({limits.cpu_seconds} s)"
+    elif lines:
+        detail = lines[-1].strip()
+    elif result.term_signal is not None:
+        detail = f"the script was ended by signal {_signal_name(result.term_signal)}"
+    else:
+        detail = f"the script exited with status {result.exit_code}"
+    error: JsonObject = {"detail": detail[:DETAIL_LIMIT], "exit_code": result.exit_code}
+    if stderr:
+        error["traceback"] = stderr
+    return error
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
 
 
 def _shown(stdout: bytes) -> str:

@@ -90,9 +90,20 @@ def parse_stdout(stdout: bytes) -> list[JsonObject]:
     return items
 
 
-def error_content(code: str, text: str, **header: Any) -> JsonObject:
-    """An error emission: ``finish_reason: error``, the code, one tool_result turn."""
+DETAIL_LIMIT = 500
+"""The most characters of ``meta.error.detail``: one line saying what failed."""
+
+
+def error_content(
+    code: str, text: str, *, error: JsonObject | None = None, **header: Any
+) -> JsonObject:
+    """An error emission: ``finish_reason: error``, the code, one tool_result turn, and
+    ``meta.error`` — ``source``, a one-line ``detail`` (the first line of ``text`` unless
+    ``error`` gives one) and whatever else ``error`` holds (the traceback of a script)."""
+    first = text.strip().split("\n", 1)[0] if text.strip() else code
+    meta_error: JsonObject = {"source": "script", "detail": first[:DETAIL_LIMIT], **(error or {})}
     return {
         "header": {"finish_reason": "error", "error_code": code, **header},
         "messages": [{"origin": "tool", "type": "tool_result", "text": text, "id": ""}],
+        "meta": {"error": meta_error},
     }
