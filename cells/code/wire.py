@@ -25,7 +25,9 @@ from colony.envelope import Envelope, JsonObject
 
 _SECRET_KEYS = frozenset({"api_key", "auth", "auth_ref", "token", "secret", "password"})
 _SECRET_SUFFIXES = ("_key", "_token", "_secret", "_password")
-_SCRIPT_KEYS = frozenset({"script_inline", "script_path", "script"})
+_SCRIPT_KEYS = frozenset({"script_inline", "script_path", "script", "env"})
+"""Keys the script does not see in ``params``: its own source, and ``env`` (which it gets as
+its environment, where a value such as a ``DATABASE_URL`` belongs)."""
 
 
 def _looks_secret(key: str) -> bool:
@@ -43,7 +45,7 @@ def _filter(value: Any) -> Any:
 
 def script_params(params: Any) -> JsonObject:
     """The params a script sees: credential-looking keys removed at every depth, and the
-    script itself left out."""
+    script itself and its environment left out."""
     if not isinstance(params, dict):
         return {}
     return {
