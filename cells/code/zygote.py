@@ -590,6 +590,7 @@ class Zygote:
         if self.cgroups is not None and isinstance(nproc, int):
             cgroup = self.cgroups.make(job, nproc)
         report_r, report_w = os.pipe() if message.get("argv") is not None else (None, None)
+        me = os.getpid()
         try:
             pid = os.fork()
         except OSError as exc:
@@ -599,7 +600,7 @@ class Zygote:
             return
         if pid == 0:
             try:
-                _child(message, fds, code, os.getppid(), cgroup, report_w)
+                _child(message, fds, code, me, cgroup, report_w)
             finally:
                 os._exit(1)
         self.close_all(fds)
