@@ -344,6 +344,23 @@ async def test_a_200_answer_that_is_not_a_completion_is_provider_error(
 # -- empty rounds ---------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("answer", "problem"),
+    [
+        (text_reply("half a pair \ud83d"), "lone surrogate \\ud83d"),
+        ({**text_reply("x"), "usage": {"prompt_tokens": float("nan")}}, "NaN is not a JSON value"),
+    ],
+)
+async def test_an_answer_that_is_not_standard_json_is_a_provider_error_naming_it(
+    make_tree: TreeFactory, answer: Any, problem: str
+) -> None:
+    """Issue 15 item 17: what the colony cannot store or serve as JSON never enters it."""
+    [message], _, _ = await converse(make_tree, [answer])
+    code, error = error_of(message)
+    assert code == "provider_error"
+    assert problem in error["detail"]
+
+
 async def test_an_empty_round_is_asked_once_more(make_tree: TreeFactory) -> None:
     [message], model, _ = await converse(make_tree, [empty_reply(), text_reply("there it is")])
     assert message.body["messages"][-1]["text"] == "there it is"
