@@ -376,9 +376,15 @@ def _finish(code: int) -> NoReturn:
 
 
 def _join(cgroup: str | None) -> None:
-    if cgroup is not None:
+    """Move this process into its job's cgroup (a job that asked for a process limit does not
+    run without it)."""
+    if cgroup is None:
+        return
+    try:
         with open(os.path.join(cgroup, "cgroup.procs"), "w") as handle:
             handle.write(str(os.getpid()))
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot join the job's pids cgroup: {exc.strerror}") from None
 
 
 def _child(
