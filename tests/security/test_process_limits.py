@@ -385,6 +385,31 @@ async def test_a_running_jobs_escaped_grandchild_dies_when_the_daemon_stops(
     assert await eventually(lambda: not alive(escaped)), f"{escaped} outlived the daemon"
 
 
+async def test_a_running_jobs_escaped_grandchild_dies_when_the_daemon_is_killed(
+    tmp_path: Path,
+) -> None:
+    """``kill -9`` of the daemon: the zygote sees its socket close and kills every job's tree."""
+    pid_file = tmp_path / "escaped.pid"
+    script = ESCAPE.format(pid_file=str(pid_file), tail="time.sleep(60)")
+    daemon_code = (
+        "import asyncio, sys\n"
+        "from cells.code.process import shared_zygote\n"
+        f"SCRIPT = {script!r}\n"
+        "asyncio.run(shared_zygote(sys.executable).run(script=SCRIPT, stdin=b'', timeout=60))\n"
+    )
+    daemon = await asyncio.create_subprocess_exec(
+        PYTHON, "-c", daemon_code, cwd=Path(__file__).parents[2]
+    )
+    try:
+        assert await eventually(pid_file.exists, within=15)
+        escaped = int(pid_file.read_text())
+        assert alive(escaped)
+    finally:
+        daemon.kill()
+        await daemon.wait()
+    assert await eventually(lambda: not alive(escaped)), f"{escaped} outlived the daemon"
+
+
 # -- the process count -------------------------------------------------------------------------
 
 BOMB = """
