@@ -1,10 +1,14 @@
 """The ``bash`` cell: one ``/bin/sh -c <command>`` per tool call.
 
-Stateless: up to ``max_concurrency`` commands run at once, each in its own process group, with
-the daemon's environment minus credential-looking variables, its working directory, CPU and
-memory limits (``ulimit``), and **no stdin** (``/dev/null``). The exit code
-is data: ``exit 7`` is an ordinary result with ``hop.exit_code: 7``. Only a command that cannot
-run (``invalid_input``, ``io_error``) or runs too long (``timeout``) is an error emission.
+Stateless: up to ``max_concurrency`` commands run at once. Each is a job of the zygote (see
+:mod:`cells.code.process`), never a child of the daemon: its own session and process tree
+(killed whole at the timeout, ``setsid()`` or not), an allow-listed environment plus
+``params.env`` (:mod:`cells.code.isolation`), the cell's own folder as working directory, CPU,
+memory and process-count limits set before the shell starts, and **no stdin** (an empty
+pipe). The exit code is data: ``exit 7`` is an ordinary result with ``hop.exit_code: 7``. Only a
+command that cannot run (``invalid_input``, ``io_error``) or runs too long (``timeout``) is an
+error emission. The reply never quotes a value ``params.env`` passes under a credential-looking
+name.
 
 Output is capped twice: each stream is read only a little past ``max_bytes`` (then the pipe is
 closed, so a runaway writer gets ``SIGPIPE`` as under ``| head -c``, and memory stays bounded),
@@ -16,22 +20,18 @@ This module also holds :func:`parse_tool_call`, the tool-call reading the ``file
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
 import math
-import os
-import resource
-import signal
-import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cells.code.process import Limits, scrubbed_environ
+from cells.code.isolation import job_environment, remove_directory, working_directory
+from cells.code.process import DEFAULT_MAX_PROCESSES, Limits, ProcessError, run_spawned
+from cells.redact import Redactor, looks_secret_key
+from cells.strict_json import JsonTextError, loads
 from cells.text import cut_visibly, utf8_len
 from colony.cell import CellClass, CellSpec, CellType, Emission, ParamProblem, pydantic_check
 from colony.envelope import Envelope, JsonObject
@@ -88,8 +88,8 @@ def parse_tool_call(body: Any) -> tuple[JsonObject, str | None]:
     if not isinstance(text, str):
         raise ToolCallError("the tool_call turn has no text (its JSON arguments)", call_id)
     try:
-        args = json.loads(text)
-    except json.JSONDecodeError as exc:
+        args = loads(text)
+    except JsonTextError as exc:
         raise ToolCallError(f"tool_call text is not valid JSON: {exc}", call_id) from None
     if not isinstance(args, dict):
         raise ToolCallError("tool_call text must be a JSON object of arguments", call_id)
@@ -117,6 +117,11 @@ class BashParams(BaseModel):
     """CPU limit of one command (RLIMIT_CPU); default: the timeout, rounded up."""
     memory_mb: Annotated[int, Field(ge=16)] | None = 2048
     """Address-space limit of one command (RLIMIT_AS); null lifts it."""
+    env: dict[str, str] = {}
+    """Variables the command gets on top of the allow-listed ones (``PATH``, ``HOME``, locale…);
+    ``"${VAR}"`` passes one of the daemon's."""
+    max_processes: Annotated[int, Field(ge=1)] = DEFAULT_MAX_PROCESSES
+    """Processes and threads one command may have at once (a pids cgroup, else RLIMIT_NPROC)."""
     sandbox: dict[str, Any] | None = None
     """meclaw's process sandbox. Not available here: a block asking for ``trust:
     "restricted"`` makes every call fail closed (``io_error``); any other block is ignored."""
@@ -124,7 +129,9 @@ class BashParams(BaseModel):
     @property
     def limits(self) -> Limits:
         cpu = self.cpu_seconds or max(1, math.ceil(self.external_timeout_ms / 1000))
-        return Limits(cpu_seconds=cpu, address_space_mb=self.memory_mb)
+        return Limits(
+            cpu_seconds=cpu, address_space_mb=self.memory_mb, max_processes=self.max_processes
+        )
 
     @property
     def restricted(self) -> bool:
@@ -149,113 +156,31 @@ def check_sandbox(params: BashParams, folder: Path | None) -> list[ParamProblem]
 # -- running one command ----------------------------------------------------------------------
 
 
-class _Collector(asyncio.SubprocessProtocol):
-    """Keeps at most ``cap`` bytes (plus :data:`_READ_PAST`) of each stream; past that it
-    closes the stream's pipe. Done when the process has exited and both pipes are closed."""
-
-    def __init__(self, cap: int, done: asyncio.Future[None]) -> None:
-        self.cap = cap + _READ_PAST
-        self.done = done
-        self.data = {1: bytearray(), 2: bytearray()}
-        self.overflow = {1: False, 2: False}
-        self.open_pipes = {1, 2}
-        self.exited = False
-        self.transport: asyncio.SubprocessTransport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.SubprocessTransport, transport)
-
-    def pipe_data_received(self, fd: int, data: bytes | bytearray) -> None:
-        if self.overflow[fd]:
-            return
-        buffer = self.data[fd]
-        buffer += data
-        if len(buffer) > self.cap:
-            del buffer[self.cap :]
-            self.overflow[fd] = True
-            pipe = self.transport.get_pipe_transport(fd) if self.transport else None
-            if pipe is not None:
-                pipe.close()
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        self.open_pipes.discard(fd)
-        self._check()
-
-    def process_exited(self) -> None:
-        self.exited = True
-        self._check()
-
-    def _check(self) -> None:
-        if self.exited and not self.open_pipes and not self.done.done():
-            self.done.set_result(None)
-
-
-class _TimedOut(Exception):
-    pass
-
-
-def _below_hard(kind: int, value: int) -> int:
-    """``value``, lowered to this process's hard limit (which the shell inherits)."""
-    _soft, hard = resource.getrlimit(kind)
-    return value if hard == resource.RLIM_INFINITY else min(value, hard)
-
-
-def shell_argv(command: str, limits: Limits) -> list[str]:
-    """``/bin/sh -c <command>``, behind a shell that first sets ``limits`` on itself with
-    ``ulimit`` and then execs it: the limits hold from the first instruction of the command,
-    with no window for a child forked before they were set."""
-    setup = []
-    if limits.cpu_seconds is not None:
-        setup.append("ulimit -c 0")  # SIGXCPU dumps core by default
-        setup.append(f"ulimit -t {_below_hard(resource.RLIMIT_CPU, limits.cpu_seconds)}")
-    if limits.address_space_mb is not None:
-        size = _below_hard(resource.RLIMIT_AS, limits.address_space_mb * 1024 * 1024)
-        setup.append(f"ulimit -v {size // 1024}")
-    if not setup:
-        return ["/bin/sh", "-c", command]
-    wrapper = " && ".join([*setup, 'exec /bin/sh -c "$1"'])
-    return ["/bin/sh", "-c", wrapper, "/bin/sh", command]
-
-
 async def _run(
-    command: str, limit_s: float, cap: int, limits: Limits
-) -> tuple[int, bytes, bytes, bool, bool]:
-    """``(exit_code, stdout, stderr, stdout_cut, stderr_cut)``. Raises OSError when the shell
-    cannot start, :class:`_TimedOut` (after killing the process group) when ``limit_s`` seconds
-    elapse."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
-    transport, collector = await loop.subprocess_exec(
-        lambda: _Collector(cap, done),
-        *shell_argv(command, limits),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=scrubbed_environ(),
-        start_new_session=True,
+    command: str, limit_s: float, cap: int, limits: Limits, cwd: str, env: Mapping[str, str]
+) -> tuple[int, bytes, bytes, bool, bool, bool]:
+    """``(exit_code, stdout, stderr, stdout_cut, stderr_cut, timed_out)``. Each stream is read
+    to at most ``cap`` plus :data:`_READ_PAST` bytes, then its pipe is closed. Raises
+    :class:`ProcessError` when the shell cannot start."""
+    result = await run_spawned(
+        ["/bin/sh", "-c", command],
+        b"",
+        timeout=limit_s,
+        max_stdout_bytes=cap + _READ_PAST,
+        max_stderr_bytes=cap + _READ_PAST,
+        cwd=cwd,
+        env=env,
+        limits=limits,
+        overflow="close",
     )
-    timed_out = False
-    try:
-        try:
-            async with asyncio.timeout(limit_s):
-                await asyncio.shield(done)
-        except TimeoutError:
-            timed_out = True
-        finally:  # timed out, or the message was cancelled: take the whole group down
-            if not done.done():
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(transport.get_pid(), signal.SIGKILL)
-        if timed_out:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(5):
-                    await done  # the pipes close once every process holding them is dead
-            raise _TimedOut
-        returncode = transport.get_returncode()
-    finally:
-        transport.close()
-    exit_code = -1 if returncode is None or returncode < 0 else returncode
-    out, err = bytes(collector.data[1]), bytes(collector.data[2])
-    return exit_code, out, err, collector.overflow[1], collector.overflow[2]
+    return (
+        result.exit_code,
+        result.stdout,
+        result.stderr,
+        result.stdout_overflow,
+        result.stderr_overflow,
+        result.timed_out,
+    )
 
 
 def _decode(data: bytes, cut: bool) -> str:
@@ -288,6 +213,13 @@ class BashCell:
     def __init__(self, spec: CellSpec) -> None:
         self.params = BashParams.model_validate({} if spec.params is None else spec.params)
         self.path = spec.path
+        self._env = job_environment(self.params.env)
+        self._redactor = Redactor(v for k, v in self.params.env.items() if looks_secret_key(k))
+        self._cwd, self._own_cwd = working_directory(spec.folder)
+
+    async def close(self) -> None:
+        remove_directory(self._own_cwd)
+        self._own_cwd = None
 
     async def handle(self, message: Envelope) -> list[Emission]:
         target = message.reply_to or self.path
@@ -326,10 +258,12 @@ class BashCell:
                 started,
             )
         try:
-            exit_code, out, err, out_cut, err_cut = await _run(
-                command, p.external_timeout_ms / 1000, p.max_bytes, p.limits
+            exit_code, out, err, out_cut, err_cut, timed_out = await _run(
+                command, p.external_timeout_ms / 1000, p.max_bytes, p.limits, self._cwd, self._env
             )
-        except _TimedOut:
+        except ProcessError as exc:
+            return _error("io_error", f"spawn failed: {exc}", call_id, started)
+        if timed_out:
             return _error(
                 "timeout",
                 f"command timed out after {_duration(p.external_timeout_ms)}",
@@ -337,10 +271,8 @@ class BashCell:
                 started,
                 exit_code=-1,
             )
-        except OSError as exc:
-            return _error("io_error", f"spawn failed: {exc}", call_id, started)
-        stdout = _decode(out, out_cut)
-        stderr = _decode(err, err_cut)
+        stdout = self._redactor.known(_decode(out, out_cut))
+        stderr = self._redactor.known(_decode(err, err_cut))
         text = stdout + _STDERR_START + stderr + _STDERR_END if stderr else stdout
         shown, truncated = cut_visibly(text, p.max_bytes)
         size = utf8_len(text)

@@ -1,9 +1,12 @@
 """The ``code`` cell: run the user's script once per message.
 
 Stateless: up to ``max_concurrency`` messages run at once, each in a fresh process — forked
-from a warm worker for python3 scripts (about 2 ms), or spawned (tens of ms). Everything that
-goes wrong is an ordinary emission with ``hop.finish_reason: "error"`` and an ``error_code``;
-the colony keeps routing.
+from a warm worker for python3 scripts (about 2 ms), or spawned (tens of ms). The process runs
+in the cell's own folder with an allow-listed environment plus ``params.env``, and at most
+``params.max_processes`` processes (see :mod:`cells.code.isolation`, :mod:`cells.code.process`).
+Everything that goes wrong is an ordinary emission with ``hop.finish_reason: "error"`` and an
+``error_code``; the colony keeps routing. Error texts never quote the values ``params.env``
+passes under a credential-looking name.
 """
 
 from __future__ import annotations
@@ -17,9 +20,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from cells.code.isolation import job_environment, remove_directory, working_directory
 from cells.code.params import INLINE_ARG_LIMIT, CodeParams
 from cells.code.process import Limits, ProcessError, RunResult, run_spawned, shared_zygote
-from cells.code.wire import WireError, error_content, parse_stdout, script_params, stdin_document
+from cells.code.wire import (
+    DETAIL_LIMIT,
+    WireError,
+    error_content,
+    parse_stdout,
+    script_params,
+    stdin_document,
+)
+from cells.redact import Redactor, looks_secret_key
 from colony.cell import CellSpec, Emission
 from colony.contracts import emits_violation
 from colony.envelope import Envelope, JsonObject, split_content
@@ -44,13 +56,19 @@ class CodeCell:
         self.multi_send = spec.contract.multi_send_capable
         self.log = spec.log
         self.visible = script_params(spec.params)
-        self.limits = Limits(
-            cpu_seconds=self.params.cpu_limit, address_space_mb=self.params.memory_mb
-        )
-        self._temp: Path | None = None
         p = self.params
+        self.limits = Limits(
+            cpu_seconds=p.cpu_limit, address_space_mb=p.memory_mb, max_processes=p.max_processes
+        )
+        self._env = job_environment(p.env)
+        self._redactor = Redactor(v for k, v in p.env.items() if looks_secret_key(k))
+        self._cwd, self._own_cwd = working_directory(spec.folder)
+        self._temp: Path | None = None
         interpreter = p.interpreter or default_interpreter()
-        self._file = p.script_file(spec.folder)
+        file = p.script_file(spec.folder)
+        # A relative script_path means the daemon's working directory (as in meclaw), not the
+        # cell's folder the script runs in: resolved here, once.
+        self._file = None if file is None else file.absolute()
         self._script = p.script_inline
         if (
             self._script is not None
@@ -75,6 +93,8 @@ class CodeCell:
             with contextlib.suppress(FileNotFoundError):
                 self._temp.unlink()
             self._temp = None
+        remove_directory(self._own_cwd)
+        self._own_cwd = None
 
     async def _run(self, stdin: bytes) -> RunResult:
         p = self.params
@@ -87,6 +107,8 @@ class CodeCell:
                 timeout=p.timeout,
                 limits=self.limits,
                 max_stdout_bytes=p.max_output_bytes,
+                cwd=self._cwd,
+                env=self._env,
             )
         return await run_spawned(
             self._argv,
@@ -94,12 +116,32 @@ class CodeCell:
             timeout=p.timeout,
             max_stdout_bytes=p.max_output_bytes,
             limits=self.limits,
+            cwd=self._cwd,
+            env=self._env,
         )
 
     async def handle(self, message: Envelope) -> list[Emission]:
         target = message.reply_to or self.path
         contents = await self._contents(message)
-        return [Emission(content, target) for content in contents]
+        return [Emission(self._scrubbed(content), target) for content in contents]
+
+    def _scrubbed(self, content: JsonObject) -> JsonObject:
+        """An error emission without the secrets ``params.env`` passes (a script may print
+        its environment); a successful one is the script's own output, left as it is."""
+        header = content.get("header")
+        if not isinstance(header, dict) or header.get("finish_reason") != "error":
+            return content
+        known = self._redactor.known
+        for turn in content.get("messages") or []:
+            if isinstance(turn, dict) and isinstance(turn.get("text"), str):
+                turn["text"] = known(turn["text"])
+        meta = content.get("meta")
+        error = meta.get("error") if isinstance(meta, dict) else None
+        if isinstance(error, dict):
+            for key in ("detail", "traceback"):
+                if isinstance(error.get(key), str):
+                    error[key] = known(error[key])
+        return content
 
     async def _contents(self, message: Envelope) -> list[JsonObject]:
         stdin = stdin_document(message, self.path, self.visible)
@@ -135,6 +177,7 @@ class CodeCell:
                 error_content(
                     "script_failed",
                     text,
+                    error=_failure(result, stderr_text, self.limits),
                     exit_code=result.exit_code,
                     had_stderr=had_stderr,
                     duration_ms=duration,
@@ -142,7 +185,10 @@ class CodeCell:
             ]
         if stderr_text and self.log is not None:
             self.log.warning(
-                "code_stderr", cell=self.path, trace_id=message.trace_id, stderr=stderr_text
+                "code_stderr",
+                cell=self.path,
+                trace_id=message.trace_id,
+                stderr=self._redactor.known(stderr_text),
             )
         try:
             items = parse_stdout(stdout)
@@ -176,6 +222,31 @@ class CodeCell:
                 )
             ]
         return stamped
+
+
+def _failure(result: RunResult, stderr: str, limits: Limits) -> JsonObject:
+    """``meta.error`` of a script that failed: the cause in one line (a Python script's
+    exception line is the last line of its stderr) and the stderr tail as its traceback."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    if result.term_signal == signal.SIGXCPU:
+        detail = f"the script hit its CPU limit ({limits.cpu_seconds} s)"
+    elif lines:
+        detail = lines[-1].strip()
+    elif result.term_signal is not None:
+        detail = f"the script was ended by signal {_signal_name(result.term_signal)}"
+    else:
+        detail = f"the script exited with status {result.exit_code}"
+    error: JsonObject = {"detail": detail[:DETAIL_LIMIT], "exit_code": result.exit_code}
+    if stderr:
+        error["traceback"] = stderr
+    return error
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
 
 
 def _shown(stdout: bytes) -> str:

@@ -43,6 +43,11 @@ class CodeParams(BaseModel):
     """Address-space limit of one run (RLIMIT_AS); null lifts it."""
     max_output_bytes: Annotated[int, Field(ge=1)] = 4 * 1024 * 1024
     """A script that prints more is stopped: ``invalid_json``."""
+    env: dict[str, str] = {}
+    """Variables the script gets on top of the allow-listed ones (``PATH``, ``HOME``, locale…);
+    ``"${VAR}"`` passes one of the daemon's."""
+    max_processes: Annotated[int, Field(ge=1)] = 512
+    """Processes and threads one run may have at once (a pids cgroup, else RLIMIT_NPROC)."""
     sandbox: Any = None
     """Accepted for meclaw trees; not applied (process isolation is not a sandbox)."""
 

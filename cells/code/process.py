@@ -1,20 +1,23 @@
-"""Run a user's script as a real OS process, once per message.
+"""Run a cell's program as a real OS process, once per message.
 
-Two launchers share one supervisor:
+Every process a cell runs is started by a zygote (``zygote.py``), a warm single-threaded Python
+worker the daemon starts with an allow-listed environment (see :mod:`cells.code.isolation`):
 
-* :func:`run_spawned` execs ``argv`` (any runner: ``python3 -c``, ``bash -c``, ``node -e``…).
-* :class:`Zygote` forks each job from a warm Python worker (``zygote.py``), which skips the
-  interpreter start-up (about 2 ms a message instead of 30-45 ms on the machine this was
-  written on) while still giving every message a fresh process. Python scripts only.
+* :meth:`Zygote.run` with ``script``/``path`` forks the job from the warm interpreter, which
+  skips the interpreter start-up (about 2 ms a message instead of 30-45 ms on the machine this
+  was written on) while still giving every message a fresh process. Python scripts only.
+* :meth:`Zygote.run` with ``argv`` (and :func:`run_spawned`, which uses the shared zygote of the
+  daemon's own Python) forks a child that ``exec``s the program: ``python3 -c``, ``bash -c``,
+  ``node -e``, the bash cell's ``/bin/sh -c``.
 
-Either way the script gets real pipes for stdin, stdout and stderr, created here. The
-supervisor writes stdin while it reads stdout and stderr (a script that answers before it has
-read everything cannot deadlock), keeps at most ``max_stdout_bytes`` of stdout (more kills
-the script: reading on would only buffer what is thrown away) and only the tail of stderr,
-and SIGKILLs the whole process group when the wall-clock timeout elapses, so grandchildren
-die too. Each child leads its own session, so its group is exactly the job; when the child
-exits, what is left of its group is killed as well (background processes would otherwise keep
-the pipes open until the timeout).
+Either way the job gets real pipes for stdin, stdout and stderr, created here. The supervisor
+writes stdin while it reads stdout and stderr (a script that answers before it has read
+everything cannot deadlock), keeps at most ``max_stdout_bytes`` of stdout (more kills the
+script: reading on would only buffer what is thrown away; or, ``overflow="close"``, closes the
+pipe so the writer gets SIGPIPE as under ``| head -c``) and only the tail of stderr, and kills
+the job's whole tree when the wall-clock timeout elapses. A job is a tree, not a process
+group: its leader is a child subreaper, so a grandchild that called ``setsid()`` is still found
+and killed (see ``zygote.py``); when the leader exits, what is left of the tree is killed too.
 
 The daemon itself never forks: it runs threads, and only ``exec`` is safe from a threaded
 process. The zygote is a separate single-threaded process started with ``subprocess``.
@@ -29,15 +32,17 @@ import contextlib
 import itertools
 import json
 import os
-import resource
 import signal
 import socket
 import struct
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
+
+from cells.code.isolation import job_environment, seal_daemon
 
 ZYGOTE_SCRIPT = Path(__file__).with_name("zygote.py")
 
@@ -60,38 +65,23 @@ _DRAIN_GRACE = 0.5  # after a timeout: how long a process outside the group may 
 _CLOSE_GRACE = 2.0  # how long a closed zygote gets to kill its jobs and exit by itself
 
 
-_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "APIKEY", "API_KEY")
-_SECRET_ENDINGS = ("_KEY", "_AUTH", "_PAT", "_DSN")
-
-
-def looks_secret_variable(name: str) -> bool:
-    """An environment variable that probably holds a credential (``OPENAI_API_KEY``,
-    ``TELEGRAM_BOT_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``PGPASSWORD``…)."""
-    upper = name.upper()
-    return any(word in upper for word in _SECRET_WORDS) or upper.endswith(_SECRET_ENDINGS)
-
-
-def scrubbed_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The daemon's environment minus every variable that looks like a credential: what
-    scripts and shell commands get, so the daemon's own keys are not theirs to read."""
-    source = os.environ if environ is None else environ
-    return {k: v for k, v in source.items() if not looks_secret_variable(k)}
+DEFAULT_MAX_PROCESSES = 512
+"""Processes (and threads) one job may run at once, by default: ``params.max_processes``."""
 
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Kernel resource limits for one job.
-
-    Fork mode sets them in the child before the script runs. Spawn mode sets them on the new
-    process with ``prlimit(2)`` right after it starts (``preexec_fn`` is not safe in a threaded
-    daemon), so a process forked by the script within that first instant escapes them; the
-    wall-clock timeout applies in both modes regardless.
-    """
+    """Kernel resource limits for one job, set in the forked child before the script runs or
+    the program is exec'd (so they hold from its first instruction)."""
 
     cpu_seconds: int | None = None
     """RLIMIT_CPU: SIGXCPU at this many CPU seconds, SIGKILL one second later."""
     address_space_mb: int | None = None
     """RLIMIT_AS: allocations beyond it fail (MemoryError in Python)."""
+    max_processes: int | None = None
+    """Tasks the job may run at once: ``pids.max`` of its own cgroup where a pids cgroup is
+    writable, else RLIMIT_NPROC set that far above the machine's task count (ignored for root;
+    see ``zygote.py``). Forks beyond it fail (EAGAIN)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +103,12 @@ class RunResult:
     """The script wrote more than ``max_stdout_bytes``: it was killed, ``stdout`` is the head."""
     term_signal: int | None = None
     """The signal that ended the process, if one did (SIGXCPU for a CPU limit, SIGKILL…)."""
+    stderr_overflow: bool = False
+    """``overflow="close"`` only: stderr passed its cap and its pipe was closed."""
+
+
+Overflow = Literal["kill", "close"]
+"""What happens to a job whose output passes its cap (see :func:`_supervise`)."""
 
 
 class ProcessError(Exception):
@@ -156,13 +152,18 @@ def _close_fds(fds: Sequence[int]) -> None:
 
 
 class _Reader:
-    """Read a pipe to its end, keeping its head (stopping past ``limit``) or its tail."""
+    """Read a pipe to its end, keeping its head (stopping past ``limit``) or its tail.
 
-    def __init__(self, fd: int, limit: int, *, tail: bool) -> None:
+    A head reader that overflows stops reading; with ``close_on_overflow`` it also closes the
+    pipe at once, so the writer gets SIGPIPE instead of blocking until it is killed.
+    """
+
+    def __init__(self, fd: int, limit: int, *, tail: bool, close_on_overflow: bool = False) -> None:
         self._loop = asyncio.get_running_loop()
         self._fd = fd
         self._limit = limit
         self._tail = tail
+        self._close_on_overflow = close_on_overflow
         self.data = bytearray()
         self.total = 0
         self.overflow = False
@@ -191,7 +192,10 @@ class _Reader:
         if len(chunk) > room:
             self.data += chunk[:room]
             self.overflow = True
-            self._stop()  # the pipe stays open, so the writer blocks until it is killed
+            if self._close_on_overflow:
+                self.close()
+            else:
+                self._stop()  # the pipe stays open, so the writer blocks until it is killed
         else:
             self.data += chunk
 
@@ -268,8 +272,13 @@ async def _supervise(
     timeout: float,  # noqa: ASYNC109 (a deadline to enforce, not a wait to bound)
     max_stdout_bytes: int,
     max_stderr_bytes: int,
+    overflow: Overflow = "kill",
 ) -> RunResult:
-    """Feed stdin, collect stdout/stderr and the exit status, enforce timeout and output cap."""
+    """Feed stdin, collect stdout/stderr and the exit status, enforce timeout and output cap.
+
+    ``overflow="kill"``: stdout past its cap kills the job, stderr keeps its tail.
+    ``overflow="close"``: each stream keeps its head and its pipe is closed past its cap.
+    """
     loop = asyncio.get_running_loop()
     writer: _Writer | None = None
     out: _Reader | None = None
@@ -278,8 +287,9 @@ async def _supervise(
     ended: list[float] = []
     try:
         writer = _Writer(pipes.stdin, stdin)
-        out = _Reader(pipes.stdout, max_stdout_bytes, tail=False)
-        err = _Reader(pipes.stderr, max_stderr_bytes, tail=True)
+        closing = overflow == "close"
+        out = _Reader(pipes.stdout, max_stdout_bytes, tail=False, close_on_overflow=closing)
+        err = _Reader(pipes.stderr, max_stderr_bytes, tail=not closing, close_on_overflow=closing)
         exit_task = asyncio.ensure_future(child.wait())
         exit_task.add_done_callback(lambda _task: ended.append(loop.time()))
         deadline = started + timeout
@@ -289,7 +299,7 @@ async def _supervise(
                 exit_task.result()  # raises if supervision failed (the zygote died)
                 exit_seen = True
                 child.exited()
-            if out.overflow and not killed:
+            if out.overflow and not killed and not closing:
                 killed = True
                 child.kill()
             waiting = [f for f in (exit_task, out.done, err.done) if not f.done()]
@@ -315,10 +325,11 @@ async def _supervise(
             exit_code=status if status >= 0 else -1,
             stdout=bytes(out.data),
             stderr=bytes(err.data),
-            stderr_truncated=err.total > max_stderr_bytes,
+            stderr_truncated=err.overflow or err.total > max_stderr_bytes,
             duration_ms=round(((ended[0] if ended else loop.time()) - started) * 1000),
             timed_out=timed_out,
             stdout_overflow=out.overflow,
+            stderr_overflow=err.overflow,
             term_signal=-status if status < 0 else None,
         )
     finally:
@@ -339,117 +350,6 @@ async def _supervise(
             _close_fds([pipes.stdout])
         if err is None:
             _close_fds([pipes.stderr])
-
-
-# ---------------------------------------------------------------------------------------------
-# Spawn mode.
-
-
-class _SpawnedChild:
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self._proc = proc
-
-    async def wait(self) -> int:
-        return await self._proc.wait()
-
-    def kill(self) -> None:
-        if self._proc.returncode is None:
-            self._kill_group()
-
-    def exited(self) -> None:
-        # The leader is reaped, but its group id stays taken while any member lives, so this
-        # reaches only leftovers (or nothing, ESRCH, when the group is already empty).
-        self._kill_group()
-
-    def _kill_group(self) -> None:
-        with contextlib.suppress(OSError):
-            os.killpg(self._proc.pid, signal.SIGKILL)
-
-
-def _within(value: int, hard: int) -> int:
-    """``value`` lowered to the hard limit ``hard`` (either may be RLIM_INFINITY)."""
-    if hard == resource.RLIM_INFINITY:
-        return value
-    return hard if value == resource.RLIM_INFINITY else min(value, hard)
-
-
-def _limit_spawned(pid: int, limits: Limits) -> None:
-    """Apply ``limits`` to a started process with prlimit(2) (Linux); see :class:`Limits`."""
-    prlimit: Callable[..., Any] | None = getattr(resource, "prlimit", None)
-    if prlimit is None or (limits.cpu_seconds is None and limits.address_space_mb is None):
-        return
-
-    def set_limit(kind: int, soft: int, hard: int) -> None:
-        _old_soft, old_hard = prlimit(pid, kind)
-        prlimit(pid, kind, (_within(soft, old_hard), _within(hard, old_hard)))
-
-    with contextlib.suppress(ProcessLookupError):  # it already exited
-        if limits.cpu_seconds is not None:
-            set_limit(resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 1)
-            set_limit(resource.RLIMIT_CORE, 0, resource.RLIM_INFINITY)  # SIGXCPU dumps core
-        if limits.address_space_mb is not None:
-            size = limits.address_space_mb * 1024 * 1024
-            set_limit(resource.RLIMIT_AS, size, size)
-
-
-async def run_spawned(
-    argv: Sequence[str],
-    stdin: bytes,
-    *,
-    timeout: float,  # noqa: ASYNC109 (the documented API: the script's wall-clock limit)
-    max_stdout_bytes: int = 4 * 1024 * 1024,
-    max_stderr_bytes: int = 8 * 1024,
-    cwd: str | None = None,
-    env: Mapping[str, str] | None = None,
-    limits: Limits = Limits(),
-) -> RunResult:
-    """Exec ``argv`` in a new session, feed it ``stdin`` and collect what it does.
-
-    Raises :class:`ProcessError` if it cannot be started (e.g. the binary is not found).
-    """
-    if not argv:
-        raise ValueError("argv is empty")
-    loop = asyncio.get_running_loop()
-    pipes = _Pipes()
-    started = loop.time()
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=pipes.child[0],
-            stdout=pipes.child[1],
-            stderr=pipes.child[2],
-            cwd=cwd,
-            env=scrubbed_environ() if env is None else env,
-            start_new_session=True,
-        )
-    except BaseException as exc:
-        pipes.close_ours()
-        if isinstance(exc, FileNotFoundError):
-            if cwd is not None and exc.filename == cwd:
-                raise ProcessError(f"working directory {cwd!r} not found") from None
-            raise ProcessError(f"{argv[0]!r} not found: {exc.strerror}") from None
-        if isinstance(exc, OSError):
-            raise ProcessError(f"cannot start {argv[0]!r}: {exc}") from None
-        raise
-    finally:
-        pipes.close_child()
-    child = _SpawnedChild(proc)
-    try:
-        _limit_spawned(proc.pid, limits)
-    except (OSError, ValueError) as exc:
-        child.kill()
-        pipes.close_ours()
-        await proc.wait()
-        raise ProcessError(f"cannot apply limits to {argv[0]!r}: {exc}") from None
-    return await _supervise(
-        child,
-        pipes,
-        stdin,
-        started=started,
-        timeout=timeout,
-        max_stdout_bytes=max_stdout_bytes,
-        max_stderr_bytes=max_stderr_bytes,
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -475,6 +375,7 @@ class _Connection:
         self.dead: str | None = None
         self.fatal: str | None = None
         self.ready: asyncio.Future[int] = self.loop.create_future()
+        self.cgroups = False
         self.jobs: dict[int, _Job] = {}
         self._ids = itertools.count(1)
         self._inbox = bytearray()
@@ -552,6 +453,7 @@ class _Connection:
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         if "ready" in message:
+            self.cgroups = bool(message.get("cgroup"))
             if not self.ready.done():
                 self.ready.set_result(int(message["ready"]))
             return
@@ -586,6 +488,7 @@ class _Connection:
         timeout: float,  # noqa: ASYNC109 (the script's wall-clock limit)
         max_stdout_bytes: int,
         max_stderr_bytes: int,
+        overflow: Overflow,
     ) -> RunResult:
         pipes = _Pipes()
         job_id = next(self._ids)
@@ -614,6 +517,7 @@ class _Connection:
             timeout=timeout,
             max_stdout_bytes=max_stdout_bytes,
             max_stderr_bytes=max_stderr_bytes,
+            overflow=overflow,
         )
 
     # -- ending
@@ -696,7 +600,8 @@ class Zygote:
 
     Bound to the event loop that starts it; used from another loop, it restarts there. If the
     worker dies, the jobs it was running fail with :class:`ProcessError` and the next
-    :meth:`run` starts a new one.
+    :meth:`run` starts a new one. Starting the first one seals the daemon
+    (:func:`cells.code.isolation.seal_daemon`).
     """
 
     def __init__(self, interpreter: str) -> None:
@@ -714,34 +619,53 @@ class Zygote:
         """Start the worker unless it runs; raises :class:`ProcessError` if it cannot start."""
         await self._connection()
 
+    @property
+    def counts_in_cgroups(self) -> bool:
+        """Whether each job gets its own pids cgroup (else RLIMIT_NPROC holds the count)."""
+        conn = self._conn
+        return conn is not None and conn.dead is None and conn.cgroups
+
     async def run(
         self,
         *,
         script: str | None = None,
         path: str | None = None,
+        argv: Sequence[str] | None = None,
         stdin: bytes,
         timeout: float,  # noqa: ASYNC109 (the documented API: the script's wall-clock limit)
         limits: Limits = Limits(),
         max_stdout_bytes: int = 4 * 1024 * 1024,
         max_stderr_bytes: int = 8 * 1024,
         cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        overflow: Overflow = "kill",
     ) -> RunResult:
-        """Run ``script`` (source) or ``path`` (a .py file) as ``python3 -c`` / ``python3 PATH``.
+        """Run ``script`` (source) or ``path`` (a .py file) as ``python3 -c`` / ``python3 PATH``
+        in a forked child, or exec ``argv`` (any program, looked up on the job's ``PATH``).
 
         ``__name__`` is ``"__main__"``, ``sys.argv`` is ``["-c"]`` or ``[path]``, and the
-        working directory or the script's directory comes first on ``sys.path``.
+        working directory or the script's directory comes first on ``sys.path``. ``env`` is the
+        job's whole environment (default: :func:`cells.code.isolation.job_environment`); a
+        forked script sees it in ``os.environ``, but variables the interpreter reads at start-up
+        (``PYTHONPATH``…) are the zygote's. Raises :class:`ProcessError` if the job cannot
+        start (a program not found, a missing working directory, the zygote down).
         """
-        if (script is None) == (path is None):
-            raise ValueError("give exactly one of script and path")
+        if sum(x is not None for x in (script, path, argv)) != 1:
+            raise ValueError("give exactly one of script, path and argv")
+        if argv is not None and not argv:
+            raise ValueError("argv is empty")
         if cwd is not None and not os.path.isdir(cwd):  # noqa: ASYNC240 (one stat)
             raise ProcessError(f"working directory {cwd!r} not found")
         message = {
             "op": "run",
             "script": script,
             "path": path,
+            "argv": None if argv is None else list(argv),
             "cwd": cwd,
+            "env": job_environment() if env is None else dict(env),
             "cpu": limits.cpu_seconds,
             "as_mb": limits.address_space_mb,
+            "nproc": limits.max_processes,
         }
         for attempt in range(2):
             conn = await self._connection()
@@ -752,6 +676,7 @@ class Zygote:
                     timeout=timeout,
                     max_stdout_bytes=max_stdout_bytes,
                     max_stderr_bytes=max_stderr_bytes,
+                    overflow=overflow,
                 )
             except _Undelivered as exc:  # died before it forked the job: safe to run it anew
                 if attempt:
@@ -789,6 +714,7 @@ class Zygote:
             task.exception()  # awaiters get it; an abandoned start stays quiet
 
     async def _spawn(self) -> _Connection:
+        seal_daemon()  # before the first process that is not the daemon exists
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         # Its fds 0-2 are pipes (with nobody at the other end), so the std streams its
         # interpreter builds at start-up are the ones a spawned script gets on its pipes:
@@ -803,7 +729,7 @@ class Zygote:
                 stdout=output_w,
                 stderr=output_w,
                 pass_fds=(theirs.fileno(),),
-                env=scrubbed_environ(),  # every forked script inherits the zygote's
+                env=job_environment(),  # the allow-list only: jobs can read the zygote's
                 start_new_session=True,  # the terminal's Ctrl-C is the daemon's to handle
             )
         except OSError as exc:
@@ -844,3 +770,30 @@ async def close_shared_zygotes() -> None:
     _shared.clear()
     for zygote in zygotes:
         await zygote.close()
+
+
+async def run_spawned(
+    argv: Sequence[str],
+    stdin: bytes,
+    *,
+    timeout: float,  # noqa: ASYNC109 (the documented API: the program's wall-clock limit)
+    max_stdout_bytes: int = 4 * 1024 * 1024,
+    max_stderr_bytes: int = 8 * 1024,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    limits: Limits = Limits(),
+    overflow: Overflow = "kill",
+) -> RunResult:
+    """Exec ``argv`` as a job of the daemon's own Python's shared zygote (see
+    :meth:`Zygote.run`). Raises :class:`ProcessError` if it cannot be started."""
+    return await shared_zygote(sys.executable).run(
+        argv=argv,
+        stdin=stdin,
+        timeout=timeout,
+        limits=limits,
+        max_stdout_bytes=max_stdout_bytes,
+        max_stderr_bytes=max_stderr_bytes,
+        cwd=cwd,
+        env=env,
+        overflow=overflow,
+    )

@@ -10,7 +10,9 @@ Stdin is one JSON object with exactly three keys::
 
 serialised with sorted keys and compact separators, as meclaw does. Stdout is one JSON value:
 an object (one emission), an array of objects (one emission each; ``[]`` emits nothing), and
-each object's ``header`` (if any) must be an object.
+each object's ``header`` (if any) must be an object. It must be standard JSON, as meclaw's
+parser reads it: ``NaN``/``Infinity``, a lone surrogate escape (``"\\ud800"``) or nesting deeper
+than 128 levels is ``invalid_json`` naming the problem (see :mod:`cells.strict_json`).
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from cells.strict_json import JsonTextError, loads
 from colony.envelope import Envelope, JsonObject
 
 _SECRET_KEYS = frozenset({"api_key", "auth", "auth_ref", "token", "secret", "password"})
 _SECRET_SUFFIXES = ("_key", "_token", "_secret", "_password")
-_SCRIPT_KEYS = frozenset({"script_inline", "script_path", "script"})
+_SCRIPT_KEYS = frozenset({"script_inline", "script_path", "script", "env"})
+"""Keys the script does not see in ``params``: its own source, and ``env`` (which it gets as
+its environment, where a value such as a ``DATABASE_URL`` belongs)."""
 
 
 def _looks_secret(key: str) -> bool:
@@ -40,7 +45,7 @@ def _filter(value: Any) -> Any:
 
 def script_params(params: Any) -> JsonObject:
     """The params a script sees: credential-looking keys removed at every depth, and the
-    script itself left out."""
+    script itself and its environment left out."""
     if not isinstance(params, dict):
         return {}
     return {
@@ -72,13 +77,10 @@ class WireError(Exception):
 
 def parse_stdout(stdout: bytes) -> list[JsonObject]:
     """The contents a script printed, or :class:`WireError`."""
-    text = stdout.decode("utf-8", "replace")
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise WireError(
-            f"invalid_json: {exc.msg} (line {exc.lineno}, column {exc.colno})"
-        ) from None
+        value = loads(stdout.decode("utf-8", "replace"))
+    except JsonTextError as exc:
+        raise WireError(f"invalid_json: {exc}") from None
     items = value if isinstance(value, list) else [value] if isinstance(value, dict) else None
     if items is None:
         raise WireError("invalid_json: top-level must be Object or Array")
@@ -90,9 +92,20 @@ def parse_stdout(stdout: bytes) -> list[JsonObject]:
     return items
 
 
-def error_content(code: str, text: str, **header: Any) -> JsonObject:
-    """An error emission: ``finish_reason: error``, the code, one tool_result turn."""
+DETAIL_LIMIT = 500
+"""The most characters of ``meta.error.detail``: one line saying what failed."""
+
+
+def error_content(
+    code: str, text: str, *, error: JsonObject | None = None, **header: Any
+) -> JsonObject:
+    """An error emission: ``finish_reason: error``, the code, one tool_result turn, and
+    ``meta.error`` — ``source``, a one-line ``detail`` (the first line of ``text`` unless
+    ``error`` gives one) and whatever else ``error`` holds (the traceback of a script)."""
+    first = text.strip().split("\n", 1)[0] if text.strip() else code
+    meta_error: JsonObject = {"source": "script", "detail": first[:DETAIL_LIMIT], **(error or {})}
     return {
         "header": {"finish_reason": "error", "error_code": code, **header},
         "messages": [{"origin": "tool", "type": "tool_result", "text": text, "id": ""}],
+        "meta": {"error": meta_error},
     }

@@ -1,35 +1,48 @@
-"""A warm Python worker that forks one fresh child per job.
+"""A warm Python worker that starts every process a cell runs: it forks one fresh child per job.
 
 Spawning ``python3 -c SCRIPT`` costs tens of milliseconds, nearly all of it interpreter start-up.
 This process pays that once: it starts, pre-imports a few stdlib modules, then waits for jobs
 and ``os.fork()``s a child per job, which runs the script with its own stdin/stdout/stderr and
-exits. Every message still gets a fresh process; it just starts warm.
+exits. Every message still gets a fresh process; it just starts warm. Jobs that are not Python
+scripts (``bash`` cells, ``isolation: spawn``) are forked here too and ``exec`` their program,
+so every cell process has this clean helper as its parent, never the daemon.
 
 It is a standalone stdlib-only script, never imported by the daemon: ``cells/code/process.py``
 starts it as ``INTERPRETER -c BOOTSTRAP zygote.py FD`` (the bootstrap drops the working
 directory from ``sys.path``, so this folder's modules are never importable by scripts) and
 talks to it over the Unix stream socket ``FD``. Its fds 0-2 must be pipes: the std streams the
 interpreter builds for them are then exactly what a spawned script gets, and every child
-inherits them unused. Scripts given as source are compiled once here, for all their jobs.
+inherits them unused. Scripts given as source are compiled once here, for all their jobs. It is
+started with an allow-list environment and makes itself non-dumpable, so neither its
+``/proc/PID/environ`` nor its memory holds anything of the daemon's a job could read.
 
 Protocol (one socket, both ways):
 
 * daemon → zygote: frames of a 4-byte big-endian length and a JSON object.
-  ``{"op": "run", "job": N, "script" | "path": ..., "cwd", "cpu", "as_mb"}`` carries the
-  child's stdin, stdout and stderr pipe ends as ``SCM_RIGHTS`` on the frame's first byte;
-  ``{"op": "kill", "job": N}`` SIGKILLs the job's process group if the child is not reaped yet.
-* zygote → daemon: JSON lines. ``{"ready": PID}`` once; per job ``{"job": N, "pid": P}`` after
-  the fork (or ``{"job": N, "error": "..."}``), then ``{"job": N, "status": S}`` after the
-  child is reaped, ``S`` as ``os.waitstatus_to_exitcode`` gives it (negative: a signal).
-  ``{"fatal": "..."}`` says why the zygote is about to exit, when it knows.
+  ``{"op": "run", "job": N, "script" | "path" | "argv": ..., "cwd", "env", "cpu", "as_mb",
+  "nproc"}`` carries the child's stdin, stdout and stderr pipe ends as ``SCM_RIGHTS`` on the
+  frame's first byte; ``{"op": "kill", "job": N}`` kills the job's whole tree if its leader is
+  not reaped yet.
+* zygote → daemon: JSON lines. ``{"ready": PID, "cgroup": bool}`` once; per job
+  ``{"job": N, "pid": P}`` after the fork (or ``{"job": N, "error": "..."}``: nothing runs),
+  then ``{"job": N, "status": S}`` after the child is reaped, ``S`` as
+  ``os.waitstatus_to_exitcode`` gives it (negative: a signal). ``{"fatal": "..."}`` says why the
+  zygote is about to exit, when it knows.
+
+A job is a tree, not a process group. Its leader (the forked child) leads a new session and is
+a child subreaper, so whatever its processes leave orphaned — even a grandchild that called
+``setsid()`` to leave the group — is re-parented to the leader while the job runs, and to this
+zygote once the leader has exited. The zygote forks nothing but job leaders, so every other
+child it has is a leftover of a job that has ended: it is killed on sight. Where a cgroup v1
+``pids`` hierarchy is writable (a root daemon on a v1 or hybrid host), each job also runs in its
+own cgroup with ``pids.max`` = the job's process limit, and killing a job kills every process in
+it. Elsewhere the limit is ``RLIMIT_NPROC`` (see :func:`_apply_limits`).
 
 The loop is single-threaded and never blocks on one child: SIGCHLD only wakes the selector
 (``signal.set_wakeup_fd``). An exited child is first observed with ``WNOWAIT``, so it stays a
-zombie while its process group is killed: the pid (and so the group id) cannot be reused until
-it is reaped, which makes every kill here race-free. The zygote is a child subreaper where
-Linux allows it, so grandchildren orphaned by a job are reaped here too, not left as zombies
-under an init that may not reap. End of file on the socket (the daemon closed it or died)
-kills every job's group, reaps them and exits.
+zombie while its tree is killed: the pid (and so the group id) cannot be reused until it is
+reaped, which makes every kill here race-free. End of file on the socket (the daemon closed it
+or died) kills every job's tree, reaps them and exits.
 """
 
 from __future__ import annotations
@@ -60,20 +73,146 @@ from typing import Any, NoReturn
 FDS_PER_JOB = 3
 CODE_CACHE_SIZE = 256
 _HEADER = struct.Struct(">I")
+_PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
+_KILL_ROUNDS = 50  # a job's cgroup is emptied in at most this many kill-and-look rounds
 
 
-def _become_subreaper() -> None:
-    """Adopt orphaned grandchildren so they are reaped here (Linux only; best effort)."""
+_libc_prctl: Any = None
+
+
+def _prctl(option: int, value: int) -> bool:
+    """``prctl(option, value)`` on Linux; False where it is not available. The C function is
+    looked up once, in the zygote, so a child pays only the call."""
+    global _libc_prctl
     if not sys.platform.startswith("linux"):
-        return
+        return False
     try:
-        import ctypes
+        if _libc_prctl is None:
+            import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except Exception:  # no ctypes, no prctl: orphans go to init as usual
-        pass
+            _libc_prctl = ctypes.CDLL(None, use_errno=True).prctl
+        return bool(_libc_prctl(option, value, 0, 0, 0) == 0)
+    except Exception:  # no ctypes, no prctl
+        return False
+
+
+def _pids_of(path: str) -> list[int]:
+    """The pids listed in a cgroup's ``cgroup.procs`` (none if it cannot be read)."""
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as handle:
+            return [int(line) for line in handle if line.strip()]
+    except (OSError, ValueError):
+        return []
+
+
+class PidsCgroups:
+    """One cgroup v1 ``pids`` cgroup per job, under ``meclaw-<zygote pid>`` in the zygote's own.
+
+    :meth:`open` returns None unless the hierarchy is mounted and writable here (as it is for a
+    root daemon on a cgroup v1 or hybrid host; a cgroup v2 ``pids`` controller cannot be
+    delegated to a process that shares its cgroup with others, so v2 is not used).
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    @classmethod
+    def open(cls) -> PidsCgroups | None:
+        try:
+            with open("/proc/self/cgroup") as handle:
+                own = next(
+                    (
+                        line.rstrip("\n").split(":", 2)[2]
+                        for line in handle
+                        if "pids" in line.split(":", 2)[1].split(",")
+                    ),
+                    None,
+                )
+            if own is None:
+                return None
+            with open("/proc/self/mountinfo") as handle:
+                for line in handle:
+                    fields = line.split()
+                    dash = fields.index("-")
+                    kind, options = fields[dash + 1], fields[dash + 3].split(",")
+                    if kind != "cgroup" or "pids" not in options:
+                        continue
+                    mount_root, mount_point = fields[3], fields[4]
+                    if mount_root != "/" and own.startswith(mount_root):
+                        own = own[len(mount_root) :] or "/"
+                    parent = os.path.join(mount_point, own.lstrip("/"))
+                    cls._remove_stale(parent)
+                    root = os.path.join(parent, f"meclaw-{os.getpid()}")
+                    os.mkdir(root)
+                    return cls(root)
+        except (OSError, ValueError, IndexError):
+            return None
+        return None
+
+    @staticmethod
+    def _remove_stale(parent: str) -> None:
+        """Remove the empty job cgroups a zygote that was killed left behind."""
+        try:
+            names = [n for n in os.listdir(parent) if n.startswith("meclaw-")]
+        except OSError:
+            return
+        for name in names:
+            pid = name.removeprefix("meclaw-")
+            if not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
+                continue
+            where = os.path.join(parent, name)
+            with contextlib.suppress(OSError):
+                for job in os.listdir(where):
+                    if os.path.isdir(os.path.join(where, job)):
+                        with contextlib.suppress(OSError):
+                            os.rmdir(os.path.join(where, job))
+                os.rmdir(where)
+
+    def make(self, job: int, limit: int) -> str | None:
+        """A new cgroup for ``job`` holding at most ``limit`` processes (None if refused)."""
+        path = os.path.join(self.root, f"job-{job}")
+        try:
+            os.mkdir(path)
+            with open(os.path.join(path, "pids.max"), "w") as handle:
+                handle.write(str(limit))
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+            return None
+        return path
+
+    @staticmethod
+    def kill(path: str) -> None:
+        """SIGKILL every process in the cgroup, again until none is left or rounds run out
+        (``pids.max`` keeps a fork bomb from outrunning this)."""
+        for _ in range(_KILL_ROUNDS):
+            pids = _pids_of(path)
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+
+    @staticmethod
+    def remove(path: str) -> bool:
+        """Remove the cgroup once it is empty; True when it is gone."""
+        try:
+            os.rmdir(path)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return True
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self.root):
+                if name.startswith("job-"):
+                    self.kill(os.path.join(self.root, name))
+                    self.remove(os.path.join(self.root, name))
+            os.rmdir(self.root)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -93,10 +232,10 @@ def _close_range_is_fast() -> bool:
 _FAST_CLOSE_RANGE = False
 
 
-def _close_other_fds() -> None:
-    """Close every fd above 2: the socket, the selector, other jobs' pipe ends in flight."""
+def _close_other_fds(first: int = 3) -> None:
+    """Close every fd from ``first`` on: the socket, the selector, other jobs' pipe ends."""
     if _FAST_CLOSE_RANGE:
-        os.closerange(3, 0x7FFFFFFF)
+        os.closerange(first, 0x7FFFFFFF)
         return
     for listing in ("/proc/self/fd", "/dev/fd"):
         try:
@@ -104,16 +243,32 @@ def _close_other_fds() -> None:
         except OSError:
             continue
         for fd in fds:
-            if fd > 2:
+            if fd >= first:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         return
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    os.closerange(3, soft if 0 < soft < 1 << 16 else 1 << 16)
+    os.closerange(first, soft if 0 < soft < 1 << 16 else 1 << 16)
 
 
-def _apply_limits(cpu: int | None, as_mb: int | None) -> None:
-    """RLIMIT_CPU (soft: SIGXCPU, one second later SIGKILL) and RLIMIT_AS, never above hard."""
+def _tasks_on_the_machine() -> int:
+    """How many tasks (processes and threads) run on the machine, from ``/proc/loadavg``."""
+    try:
+        with open("/proc/loadavg") as handle:
+            return int(handle.read().split()[3].split("/")[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _apply_limits(cpu: int | None, as_mb: int | None, nproc: int | None) -> None:
+    """RLIMIT_CPU (soft: SIGXCPU, one second later SIGKILL), RLIMIT_AS and RLIMIT_NPROC, never
+    above hard.
+
+    RLIMIT_NPROC counts every task of the user, not of the job, so it is set to the tasks on the
+    machine now plus ``nproc``: the job can always start ``nproc`` more, and a fork bomb stops
+    at most that far above the machine's count. The kernel does not apply it to root (nor to
+    CAP_SYS_RESOURCE): there only a job cgroup holds the count.
+    """
 
     def clamp(value: int, hard: int) -> int:
         if hard == resource.RLIM_INFINITY:
@@ -130,6 +285,10 @@ def _apply_limits(cpu: int | None, as_mb: int | None) -> None:
         _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
         size = clamp(as_mb * 1024 * 1024, hard)
         resource.setrlimit(resource.RLIMIT_AS, (size, size))
+    if nproc is not None:
+        _soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+        count = clamp(_tasks_on_the_machine() + nproc, hard)
+        resource.setrlimit(resource.RLIMIT_NPROC, (count, count))
 
 
 def _exit_code_of(exc: SystemExit) -> int:
@@ -216,29 +375,74 @@ def _finish(code: int) -> NoReturn:
     os._exit(code)
 
 
-def _child(job: dict[str, Any], fds: list[int], code: types.CodeType | None) -> NoReturn:
-    """The forked child: own session, its pipes on 0/1/2, limits, then the script.
+def _join(cgroup: str | None) -> None:
+    """Move this process into its job's cgroup (a job that asked for a process limit does not
+    run without it)."""
+    if cgroup is None:
+        return
+    try:
+        with open(os.path.join(cgroup, "cgroup.procs"), "w") as handle:
+            handle.write(str(os.getpid()))
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot join the job's pids cgroup: {exc.strerror}") from None
+
+
+def _child(
+    job: dict[str, Any],
+    fds: list[int],
+    code: types.CodeType | None,
+    zygote: int,
+    cgroup: str | None,
+    report: int | None,
+) -> NoReturn:
+    """The forked child: own session, a subreaper for its tree, its cgroup, its pipes on
+    0/1/2, limits, working directory and environment, then the script (or ``exec``).
 
     ``sys.stdin``/``stdout``/``stderr`` are kept: the interpreter built them at start-up for
     fds 0-2, which the daemon made pipes, so they are the streams ``python3 -c`` would get
-    on its pipes; the zygote never used them, so they hold nothing.
+    on its pipes; the zygote never used them, so they hold nothing. ``report`` (exec jobs) is
+    a close-on-exec pipe: it closes unread when the program starts, else it carries the error.
     """
     try:
         os.setsid()
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        # Die with the zygote; orphans of this job come here, not to the zygote, while it runs.
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != zygote:
+            os._exit(1)
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
-        _close_other_fds()
+        if report is not None:  # kept as fd 3, still close-on-exec
+            if report != 3:
+                os.dup2(report, 3, inheritable=False)
+            report = 3
+        _close_other_fds(3 if report is None else 4)
+        argv: list[str] | None = job.get("argv")
+        env: dict[str, str] | None = job.get("env")
         try:
-            _apply_limits(job.get("cpu"), job.get("as_mb"))
+            _join(cgroup)
+            _apply_limits(job.get("cpu"), job.get("as_mb"), job.get("nproc"))
             cwd = job.get("cwd")
             if cwd is not None:
                 os.chdir(cwd)
+            if argv is not None:
+                # What Python ignores, a program expects at its default (subprocess's
+                # restore_signals): a writer into a closed pipe dies of SIGPIPE, as under a shell.
+                for number in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
+                    signal.signal(number, signal.SIG_DFL)
+                os.execvpe(argv[0], argv, os.environ if env is None else env)
+            if env is not None:
+                _set_environment(env)
         except (OSError, ValueError) as exc:
-            os.write(2, f"zygote: cannot prepare the job: {exc}\n".encode())
-            os._exit(126)
+            if report is not None:
+                with contextlib.suppress(OSError):
+                    os.write(report, _exec_failure(exc, argv, job.get("cwd")).encode())
+            else:
+                os.write(2, f"zygote: cannot prepare the job: {exc}\n".encode())
+            os._exit(127 if argv is not None else 126)
         status = _run_script(job, code)
     except BaseException:
         with contextlib.suppress(BaseException):
@@ -247,20 +451,65 @@ def _child(job: dict[str, Any], fds: list[int], code: types.CodeType | None) -> 
     _finish(status)
 
 
+def _set_environment(env: dict[str, str]) -> None:
+    """Make ``os.environ`` exactly ``env``, touching only what differs: usually nothing, since
+    the zygote was started with the same allow-list (a full rewrite costs about a millisecond)."""
+    for name in [name for name in os.environ if name not in env]:
+        del os.environ[name]
+    for name, value in env.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
+
+
+def _exec_failure(exc: BaseException, argv: list[str] | None, cwd: str | None) -> str:
+    """Why an exec job did not start, in the words ``process.py`` reports."""
+    program = argv[0] if argv else "?"
+    if isinstance(exc, FileNotFoundError):
+        if cwd is not None and exc.filename == cwd:
+            return f"working directory {cwd!r} not found"
+        return f"{program!r} not found: {exc.strerror}"
+    if isinstance(exc, OSError):
+        return f"cannot start {program!r}: {exc.strerror or exc}"
+    return f"cannot start {program!r}: {exc}"
+
+
 # ---------------------------------------------------------------------------------------------
 # The zygote loop.
+
+
+def _children() -> list[int]:
+    """The pids of this process's children (``/proc/self/task/*/children``, else a scan)."""
+    me = os.getpid()
+    try:
+        with open(f"/proc/self/task/{me}/children") as handle:
+            return [int(pid) for pid in handle.read().split()]
+    except OSError:
+        pass
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as handle:
+                    if int(handle.read().rsplit(b")", 1)[1].split()[1]) == me:
+                        found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
 
 
 class Zygote:
     """The single-threaded job loop: fork on ``run``, reap on SIGCHLD, report over the socket."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, cgroups: PidsCgroups | None) -> None:
         self.sock = sock
+        self.cgroups = cgroups
         self.selector = selectors.DefaultSelector()
         self.inbox = bytearray()
         self.fd_queue: list[int] = []
         self.pids: dict[int, int] = {}  # child pid -> job id, until reaped
         self.jobs: dict[int, int] = {}  # job id -> child pid, until reaped
+        self.cgroup_of: dict[int, str] = {}  # job id -> its cgroup, while its leader runs
+        self.spent: list[str] = []  # cgroups of ended jobs, removed once empty
         self.code_cache: dict[str, types.CodeType] = {}
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_r, False)
@@ -275,7 +524,7 @@ class Zygote:
         self.sock.sendall(json.dumps(message).encode() + b"\n")
 
     def serve(self) -> None:
-        self.send({"ready": os.getpid()})
+        self.send({"ready": os.getpid(), "cgroup": self.cgroups is not None})
         while True:
             for key, _events in self.selector.select():
                 if key.fileobj is self.sock:
@@ -327,7 +576,7 @@ class Zygote:
         elif op == "kill":
             pid = self.jobs.get(job)
             if pid is not None:
-                self.kill_group(pid)
+                self.kill_tree(pid, self.cgroup_of.get(job))
 
     def fork(self, job: int, message: dict[str, Any], fds: list[int]) -> None:
         if len(fds) != FDS_PER_JOB:
@@ -335,25 +584,62 @@ class Zygote:
             self.send({"job": job, "error": "the job's pipes did not arrive"})
             return
         path = message.get("path")
-        if path is None:
+        code = None
+        if message.get("argv") is not None:
+            pass  # exec: nothing to compile
+        elif path is None:
             code = self.compiled(message.get("script"))
         else:
             code = self.compiled_file(os.path.join(message.get("cwd") or "", path), path)
+        nproc = message.get("nproc")
+        cgroup = None
+        if self.cgroups is not None and isinstance(nproc, int):
+            cgroup = self.cgroups.make(job, nproc)
+        report_r, report_w = os.pipe() if message.get("argv") is not None else (None, None)
+        me = os.getpid()
         try:
             pid = os.fork()
         except OSError as exc:
-            self.close_all(fds)
+            self.close_all([*fds, *(fd for fd in (report_r, report_w) if fd is not None)])
+            self.drop_cgroup(cgroup)
             self.send({"job": job, "error": f"fork failed: {exc}"})
             return
         if pid == 0:
             try:
-                _child(message, fds, code)
+                _child(message, fds, code, me, cgroup, report_w)
             finally:
                 os._exit(1)
         self.close_all(fds)
+        if report_r is not None and report_w is not None:
+            os.close(report_w)
+            failure = self.read_report(report_r)
+            if failure:  # the child exits 127 and is reaped as a leftover
+                self.drop_cgroup(cgroup)
+                self.send({"job": job, "error": failure})
+                return
         self.pids[pid] = job
         self.jobs[job] = pid
+        if cgroup is not None:
+            self.cgroup_of[job] = cgroup
         self.send({"job": job, "pid": pid})
+
+    @staticmethod
+    def read_report(fd: int) -> str:
+        """What an exec job's child wrote before it failed; empty once its program started
+        (the close-on-exec pipe then reaches end of file unwritten)."""
+        chunks = []
+        try:
+            while chunk := os.read(fd, 4096):
+                chunks.append(chunk)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        return b"".join(chunks).decode("utf-8", "replace")
+
+    def drop_cgroup(self, cgroup: str | None) -> None:
+        if cgroup is not None:
+            self.spent.append(cgroup)
 
     def compiled(self, script: str | None) -> types.CodeType | None:
         """``script`` compiled once for all its jobs (None: a file, or it does not compile).
@@ -401,45 +687,75 @@ class Zygote:
                 os.close(fd)
 
     @staticmethod
-    def kill_group(pid: int) -> None:
-        """SIGKILL the job's group, and the child itself in case it has not called setsid yet.
+    def kill_tree(pid: int, cgroup: str | None) -> None:
+        """SIGKILL the job: its leader's group (and the leader itself, in case it has not called
+        setsid yet) and every process of its cgroup. What left the group without a cgroup to
+        find it by is killed once it is re-parented here (:meth:`kill_strays`).
 
         Only called while ``pid`` is unreaped, so neither id can belong to anyone else.
         """
         for kill in (os.killpg, os.kill):
             with contextlib.suppress(OSError):
                 kill(pid, signal.SIGKILL)
+        if cgroup is not None:
+            PidsCgroups.kill(cgroup)
+
+    def kill_strays(self) -> None:
+        """Kill every child that is not a running job's leader: all of them are leftovers of
+        jobs that ended (each leader was a subreaper while it ran). Then remove the cgroups
+        of ended jobs that are empty."""
+        for pid in _children():
+            if pid not in self.pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        if self.spent:
+            for cgroup in self.spent:
+                PidsCgroups.kill(cgroup)
+            self.spent = [c for c in self.spent if not PidsCgroups.remove(c)]
 
     def reap(self) -> None:
-        """Reap every exited child; a job's group is killed first, while its leader is a zombie."""
+        """Reap every exited child; a job's tree is killed first, while its leader is a zombie."""
         while True:
             try:
                 info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
-                return
+                break
             if info is None or info.si_pid == 0:
-                return
+                break
             pid = info.si_pid
-            if pid in self.pids:
-                self.kill_group(pid)
+            job = self.pids.get(pid)
+            if job is not None:
+                self.kill_tree(pid, self.cgroup_of.get(job))
             try:
                 _pid, status = os.waitpid(pid, 0)
             except ChildProcessError:
                 continue
-            job = self.pids.pop(pid, None)
             if job is not None:
+                del self.pids[pid]
                 del self.jobs[job]
+                self.drop_cgroup(self.cgroup_of.pop(job, None))
                 self.send({"job": job, "status": os.waitstatus_to_exitcode(status)})
+        self.kill_strays()
 
     def shutdown(self) -> None:
-        """The daemon is gone: kill every job's group and reap before exiting."""
-        for pid in list(self.pids):
-            self.kill_group(pid)
-        for pid in list(self.pids):
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
+        """The daemon is gone: kill every job's tree and reap everything before exiting."""
+        for job, pid in list(self.jobs.items()):
+            self.kill_tree(pid, self.cgroup_of.get(job))
         self.pids.clear()
         self.jobs.clear()
+        self.spent.extend(self.cgroup_of.values())
+        self.cgroup_of.clear()
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            self.kill_strays()
+            try:
+                pid, _status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break  # no child left
+            if pid == 0:
+                time.sleep(0.005)
+        if self.cgroups is not None:
+            self.cgroups.close()
 
 
 def main(argv: list[str]) -> None:
@@ -450,9 +766,12 @@ def main(argv: list[str]) -> None:
         sock.sendall(b'{"fatal": "fds 0, 1 and 2 must be pipes"}\n')
         os._exit(2)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _become_subreaper()
+    # Orphans of jobs come here to be killed, not to an init that may not reap; and being
+    # non-dumpable keeps a job from reading this process's memory (jobs' environments).
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    _prctl(_PR_SET_DUMPABLE, 0)
     _FAST_CLOSE_RANGE = _close_range_is_fast()
-    zygote = Zygote(sock)
+    zygote = Zygote(sock, PidsCgroups.open())
     # Everything made so far lives as long as the zygote. Frozen, a child's collector never
     # walks it, so the child does not copy those pages on write just to look at them.
     gc.freeze()

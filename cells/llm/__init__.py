@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ from cells.llm.dialects import dialect_for
 from cells.llm.dialects.base import TranslateError, tool_from_leaf
 from cells.llm.params import LlmParams, backstop_floor_ms, unknown_keys
 from cells.llm.state import SeedError, read_system_seed
+from cells.strict_json import loads
 from colony.cell import CellClass, CellType, ParamProblem, pydantic_check
 
 
@@ -34,7 +34,7 @@ def _check_tools(provider: str, slots: dict[str, Any]) -> list[ParamProblem]:
     for path in sorted(p for p in slots if p.startswith("tools.")):
         where = f"seed/system.jsonl slot {path}"
         try:
-            leaf = json.loads(slots[path].get("text", ""))
+            leaf = loads(slots[path].get("text", ""))
             dialect.tool(tool_from_leaf(leaf, where))
         except (ValueError, TranslateError) as exc:
             problems.append(

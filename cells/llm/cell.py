@@ -7,7 +7,10 @@ transport retries), and emit the answer: tool calls, then text, with hop ``finis
 ``tokens_prompt``, ``tokens_completion``, ``model``. A round with no text, no call and no
 output is asked once more; a second empty answer is an ``empty_reply`` error. Every failure is
 an emission with ``finish_reason: "error"``, the input messages passed through, and
-``meta.error`` saying where it failed. The API key never leaves the Authorization header.
+``meta.error`` saying where it failed: ``source`` (``translate``, ``wire`` or ``parse``),
+``detail`` (one line), and for a provider call that failed ``url`` (without password or query
+values), ``status`` and ``upstream_message`` (the provider's own error text). The API key never
+leaves the Authorization header: every quoted text passes through :class:`cells.redact.Redactor`.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from cells.llm.state import LlmState
 from cells.llm.system import GateError, PromptError, check_gate, parse_write, prompt_of, tools_of
 from cells.llm.transcript import MemoryStore, SqliteStore, TranscriptStore
 from cells.llm.transport import WireFailure, error_code_for, post
+from cells.redact import Redactor, safe_url
 from colony.cell import CellSpec, Emission
 from colony.crashpoints import crash_point
 from colony.envelope import Envelope, JsonObject
@@ -189,7 +193,7 @@ class LlmCell:
                     trace_id=message.trace_id,
                 )
             except WireFailure as failure:
-                extra: dict[str, Any] = {}
+                extra: dict[str, Any] = {"url": safe_url(url)}
                 if failure.status is not None:
                     extra["status"] = failure.status
                 if failure.upstream:
@@ -204,6 +208,7 @@ class LlmCell:
                     error_code_for(status) if status else "provider_error",
                     "wire",
                     "the provider answered HTTP 200 with an error object",
+                    url=safe_url(url),
                     in_body=True,
                     upstream_message=self._redact(upstream) if upstream is not None else None,
                 )
@@ -398,10 +403,9 @@ class LlmCell:
     # -- errors -------------------------------------------------------------------------
 
     def _redact(self, text: str) -> str:
-        key = self.params.api_key
-        if key and len(key) >= 4:
-            text = text.replace(key, "[redacted]")
-        return text
+        """``text`` without this cell's key and without anything shaped like a secret (only
+        failures are redacted, so the redactor is built when one happens)."""
+        return Redactor([self.params.api_key]).text(text)
 
     def _error(
         self,

@@ -29,6 +29,7 @@ from cells.llm.dialects.base import (
     error_text,
 )
 from cells.llm.transcript.base import Record, StoreUnavailable, TranscriptStore, WriteOutcome
+from cells.strict_json import JsonTextError, loads
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 TOOL_KEYS = ("name", "description", "input_schema", "strict")
@@ -343,10 +344,10 @@ async def run_turn(
     data = None
     if status == "done" and request.schema is not None:
         try:
-            data = json.loads(text or "")
-        except json.JSONDecodeError as exc:
+            data = loads(text or "")
+        except JsonTextError as exc:
             raise LoopError(
-                422, f"LLM reply is not valid JSON for the requested schema - {exc.msg}"
+                422, f"LLM reply is not valid JSON for the requested schema - {exc}"
             ) from None
 
     record.turns = turns + reply.turns

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cells.strict_json import JsonTextError, loads
+
 JsonObject = dict[str, Any]
 
 
@@ -112,9 +114,9 @@ def tools_of(slots: Mapping[str, JsonObject]) -> list[Any]:
         if not isinstance(text, str):
             raise PromptError(f"system.{path} has no text holding the tool's JSON schema")
         try:
-            tools.append(json.loads(text))
-        except json.JSONDecodeError as exc:
-            raise PromptError(f"system.{path} text is not JSON: {exc.msg}") from None
+            tools.append(loads(text))
+        except JsonTextError as exc:
+            raise PromptError(f"system.{path} text is not JSON: {exc}") from None
     return tools
 
 

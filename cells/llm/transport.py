@@ -4,7 +4,10 @@
 ``max_retries`` times, waiting ``Retry-After`` when the server says so, else 0.5 s, 1 s, 2 s …
 capped at 8 s. Every retry is logged. What is left is mapped to the cell's error codes:
 401 ``auth``, 404 ``model_not_found``, 429 ``rate_limit``, an attempt past
-``external_timeout_ms`` ``timeout``, everything else ``provider_error``.
+``external_timeout_ms`` ``timeout``, everything else ``provider_error``. An answer is read as
+standard JSON (:mod:`cells.strict_json`): ``NaN``, a lone surrogate or nesting past 128 levels
+is a ``provider_error`` naming the problem, as meclaw's parser refuses them too, and never
+reaches the colony.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 import httpx
 
 from cells.llm.params import BACKOFF_BASE_S, BACKOFF_CAP_S
+from cells.strict_json import JsonTextError, loads
 
 STATUS_CODES = {401: "auth", 404: "model_not_found", 429: "rate_limit"}
 _MAX_RETRY_AFTER_S = 60.0
@@ -54,8 +58,8 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 def _upstream_message(response: httpx.Response) -> str | None:
     try:
-        body = response.json()
-    except ValueError:
+        body = loads(response.text)
+    except JsonTextError:
         return response.text[:500] or None
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         message = body["error"].get("message")
@@ -111,9 +115,11 @@ async def post(
                 upstream=_upstream_message(response),
             )
         try:
-            return response.json()
-        except ValueError:
-            raise WireFailure("provider_error", "the answer is not JSON", status=status) from None
+            return loads(response.text)
+        except JsonTextError as exc:
+            raise WireFailure(
+                "provider_error", f"the answer is not JSON: {exc}", status=status
+            ) from None
 
 
 def _log_retry(

@@ -41,6 +41,7 @@ from telegram.error import (
 from telegram.request import HTTPXRequest
 
 from cells.proxy.params import IMMUTABLE_KEYS, MUTABLE_KEYS, ProxyParams
+from cells.redact import Redactor
 from colony.cell import CellContext, CellSpec, Emission
 from colony.crashpoints import crash_point
 from colony.envelope import Envelope, JsonObject
@@ -107,12 +108,9 @@ def _attach_redactor() -> None:
 
 
 def redact(text: str, tokens: Any) -> str:
-    """``text`` with every token in ``tokens`` (and its URL-encoded form) replaced."""
-    for token in tokens:
-        if token:
-            text = text.replace(token, "<bot_token>")
-            text = text.replace(token.replace(":", "%3A"), "<bot_token>")
-    return text
+    """``text`` with every token in ``tokens`` (also URL-encoded) and anything shaped like a
+    secret replaced (:class:`cells.redact.Redactor`)."""
+    return Redactor(tokens).text(text)
 
 
 # -- splitting long answers --------------------------------------------------------------------
@@ -529,7 +527,7 @@ class ProxyCell:
             problem = ("send_failed", f"unexpected failure: {self._scrub(exc)}")
         if problem is None:
             return None
-        code, detail = problem
+        code, detail = problem[0], self._scrub(problem[1])  # it may quote Telegram's answer
         self._log("warning", "proxy_inbound_error", error_code=code, detail=detail)
         return [Emission(_error(code, detail), message.reply_to or message.target)]
 

@@ -4,19 +4,22 @@ Pure: no connection here. Every table and column name is checked — first that 
 identifier, then that the schema declares it — before it is quoted into SQL, and every value
 is a bound parameter. A malformed call is :class:`ArgsError` (``invalid_input``); a name the
 schema lacks is :class:`UnknownName` (``unknown_table`` / ``unknown_column``, reported like an
-SQL error).
+SQL error). The shape of a call is judged before any name is looked up, so whether a call is
+well formed never depends on the schema (``select`` with ``columns: []`` is ``invalid_input``
+on any table, existing or not).
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from cells.store.params import SQL_TYPES, identifier_problem
+from cells.strict_json import JsonTextError, loads
 from cells.text import dumps_sorted
 
-Schema = dict[str, dict[str, str]]
+Schema = Mapping[str, Mapping[str, str]]
 
 KNOWN_ARGS: dict[str, tuple[str, ...]] = {
     "insert": ("row",),
@@ -77,10 +80,13 @@ def parse_call(messages: Any) -> tuple[str, dict[str, Any]]:
     if not isinstance(turn, dict) or turn.get("type") != "tool_call":
         raise ArgsError("error", "messages[0] must be a tool_call turn")
     call_id = turn.get("id") if isinstance(turn.get("id"), str) else ""
+    text = turn.get("text")
+    if not isinstance(text, str):
+        raise ArgsError("error", "the tool_call text is not JSON (it is not a string)")
     try:
-        args = json.loads(turn.get("text") or "")
-    except (json.JSONDecodeError, TypeError):
-        raise ArgsError("error", "the tool_call text is not JSON") from None
+        args = loads(text)
+    except JsonTextError as exc:
+        raise ArgsError("error", f"the tool_call text is not JSON: {exc}") from None
     if not isinstance(args, dict):
         raise ArgsError("error", "the tool_call text must be a JSON object")
     return str(call_id), args
@@ -168,8 +174,38 @@ def _row(operation: str, table: str, row: Any, key: str, schema: Schema) -> dict
     return {_column(operation, table, name, schema): bind(value) for name, value in row.items()}
 
 
+class _Everything(Mapping[str, Any]):
+    """A schema in which every table and every column exists: planning against it finds
+    every :class:`ArgsError` of a call and no :class:`UnknownName`."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __getitem__(self, key: str) -> Any:
+        return self
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+_ANY_SCHEMA = _Everything()
+
+
 def plan(args: dict[str, Any], schema: Schema) -> Plan:
-    """The statement for one call (see the module docstring for the two error families)."""
+    """The statement for one call (see the module docstring for the two error families).
+
+    Planned twice: first against a schema holding every name, so a malformed call is
+    ``invalid_input`` whatever it names; then against ``schema``, which can only add an
+    unknown table or column. Each pass is a few dictionary lookups.
+    """
+    _plan(args, _ANY_SCHEMA)
+    return _plan(args, schema)
+
+
+def _plan(args: dict[str, Any], schema: Schema) -> Plan:
     operation = args.get("operation")
     if not isinstance(operation, str) or operation not in KNOWN_ARGS:
         raise ArgsError(

@@ -14,11 +14,11 @@ other tool cells can import it as it is.
 from __future__ import annotations
 
 import codecs
-import json
 from collections.abc import AsyncIterable
 from dataclasses import dataclass
 from typing import Any
 
+from cells.strict_json import JsonTextError, loads
 from colony.envelope import JsonObject
 
 NO_ID = ""
@@ -48,16 +48,6 @@ class ToolCall:
     """Its ``id``, when it has a string one."""
 
 
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def loads_strict(text: str) -> Any:
-    """``json.loads`` that refuses ``NaN`` and ``Infinity`` (as every JSON parser but
-    Python's does)."""
-    return json.loads(text, parse_constant=_no_constants)
-
-
 def parse_tool_call(body: Any) -> ToolCall:
     """The call in ``body``: exactly one turn of ``body.messages`` has ``type: "tool_call"``
     (other turns are ignored) and its ``text`` is a JSON object. Raises :class:`ToolFailure`
@@ -77,8 +67,8 @@ def parse_tool_call(body: Any) -> ToolCall:
     if not isinstance(text, str):
         raise ToolFailure("invalid_input", "tool_call.text missing or not a string")
     try:
-        args = loads_strict(text)
-    except (ValueError, RecursionError) as exc:
+        args = loads(text)
+    except JsonTextError as exc:
         raise ToolFailure("invalid_input", f"tool_call.text is not valid JSON: {exc}") from None
     if not isinstance(args, dict):
         raise ToolFailure("invalid_input", "tool_call.text JSON must be an object")

@@ -36,6 +36,7 @@ from typing import Annotated, Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from cells.redact import Redactor
 from cells.text import cut_visibly, utf8_len
 from cells.web.common import (
     ToolFailure,
@@ -66,6 +67,10 @@ USER_AGENT = "colony-web-fetch/1"
 _INFLATED = frozenset({"gzip", "x-gzip", "deflate"})
 _INFLATE_STEP = 64 * 1024
 """Most bytes one decompression step may produce (a small gzip can inflate enormously)."""
+
+
+_REDACTOR = Redactor()
+"""web_fetch holds no secret of its own: its error texts lose secret shapes only."""
 
 
 class WebFetchParams(BaseModel):
@@ -256,7 +261,8 @@ class WebFetchCell:
         if self.log is not None:
             self.log.info("web_fetch_error", cell=self.path, error_code=code)
         header: JsonObject = {"operation": "web_fetch", "duration_ms": _elapsed_ms(started)}
-        return tool_error(code, text, call_id, header)
+        # An error quotes URLs and library messages: a password or a key in them stays out.
+        return tool_error(code, _REDACTOR.text(text), call_id, header)
 
     # -- the fetch ----------------------------------------------------------------------------
 

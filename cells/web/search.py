@@ -8,7 +8,9 @@ the byte cap applies, visibly. ``header.result_count`` and ``header.bytes`` alwa
 the full answer.
 
 Unlike meclaw, a non-2xx answer is an error (``http_error``): a search backend that is down
-or refuses the key should not read as an empty result list.
+or refuses the key should not read as an empty result list. Every error text passes through
+:class:`cells.redact.Redactor` (an endpoint may echo the key it refused), and an answer never
+carries the cell's own key back.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from cells.redact import Redactor
+from cells.strict_json import loads as loads_strict
 from cells.text import cut_visibly, dumps_sorted, utf8_len
 from cells.web.common import (
     ToolFailure,
     human_duration,
-    loads_strict,
     lossy_utf8,
     lossy_utf8_prefix,
     parse_tool_call,
@@ -124,6 +127,7 @@ class WebSearchCell:
         self.params = WebSearchParams.model_validate({} if spec.params is None else spec.params)
         self.path = spec.path
         self.log = spec.log
+        self.redactor = Redactor([self.params.api_key])
         headers = {"Authorization": f"Bearer {self.params.api_key}"} if self.params.api_key else {}
         self.client = httpx.AsyncClient(
             headers=headers,
@@ -178,14 +182,15 @@ class WebSearchCell:
                 text += f": {excerpt}"
             raise ToolFailure("http_error", text, http_status=status)
         if complete:
-            text = lossy_utf8(data)
+            text = self.redactor.known(lossy_utf8(data))
             total = utf8_len(text)
             text, result_count, trimmed = shape_results(text, p.max_results)
             shown, cut = cut_visibly(text, p.max_bytes)
         else:
             total = max(int(declared), len(data)) if declared.isdigit() else len(data)
             result_count, trimmed = 0, False
-            shown, cut = cut_visibly(lossy_utf8_prefix(data), p.max_bytes, total=total)
+            prefix = self.redactor.known(lossy_utf8_prefix(data))
+            shown, cut = cut_visibly(prefix, p.max_bytes, total=total)
         header: JsonObject = {
             "operation": "web_search",
             "result_count": result_count,
@@ -208,7 +213,7 @@ class WebSearchCell:
         }
         if self.log is not None:
             self.log.info("web_search_error", cell=self.path, error_code=code)
-        return tool_error(code, text, call_id, header)
+        return tool_error(code, self.redactor.text(text), call_id, header)
 
 
 def _elapsed_ms(started: float) -> int:

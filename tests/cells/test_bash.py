@@ -38,7 +38,10 @@ def call(args: Any, call_id: str | None = "call-1") -> dict[str, Any]:
 async def ask(body: Any, **params: Any) -> dict[str, Any]:
     """One message straight into a cell; the content it answers."""
     cell = BashCell(spec_for("/sh", params))
-    [emission] = await cell.handle(source_message("/sh", body, ttl=8))
+    try:
+        [emission] = await cell.handle(source_message("/sh", body, ttl=8))
+    finally:
+        await cell.close()
     assert emission.target == "/sh"
     content: dict[str, Any] = emission.content
     return content
@@ -251,15 +254,27 @@ async def test_four_commands_run_at_once_by_default(make_tree: TreeFactory) -> N
     assert elapsed < 1.5
 
 
-async def test_the_shell_inherits_the_daemons_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("BASH_CELL_PROBE", "seen")
-    content = await run('echo "$BASH_CELL_PROBE"')
-    assert content["messages"][0]["text"] == "seen\n"
+async def test_the_shell_gets_the_allow_listed_environment_and_what_params_env_passes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BASH_CELL_PROBE", "not passed")
+    monkeypatch.setenv("LC_TIME", "C")
+    content = await run(
+        'echo "[$BASH_CELL_PROBE] [$GIVEN] [$LC_TIME] [$PATH]"', env={"GIVEN": "by params"}
+    )
+    assert content["messages"][0]["text"] == f"[] [by params] [C] [{os.environ['PATH']}]\n"
 
 
-async def test_the_shell_inherits_the_daemons_working_directory() -> None:
+async def test_the_shell_runs_in_the_cells_own_folder(make_tree: TreeFactory) -> None:
+    root = make_tree(bash_tree())
+    async with ColonyHarness(root, capture=["/sink"], cell_types=TYPES) as colony:
+        await colony.send("/sh", call({"command": "pwd"}))
+        await colony.settle()
+        [reply] = colony.captured("/sink")
+    assert reply.body["messages"][0]["text"].endswith("/colony/main/sh\n")  # the harness's copy
+    # a cell made in code has no folder: it gets a private one, never the daemon's
     content = await run("pwd")
-    assert content["messages"][0]["text"] == os.getcwd() + "\n"
+    assert content["messages"][0]["text"] != os.getcwd() + "\n"
 
 
 def test_parse_tool_call_ignores_other_turns() -> None:

@@ -92,3 +92,47 @@ async def test_any_stdout_of_a_running_script_is_routed_or_dead_lettered_never_l
     if isinstance(parsed, WireError):
         [error] = routed
         assert error.headers.hop["error_code"] == "invalid_json"
+
+
+# Issue 15 item 17: stdout that Python's json module parses but that is not standard JSON (or
+# that it cannot parse without a RecursionError) is a typed invalid_json error naming the
+# problem: never a crash, never NaN or a lone surrogate let into the colony.
+MALFORMED = [
+    (b"[" * 100_000, "nested deeper than 128 levels"),
+    (b"{" + b'"a":{' * 200 + b"}" * 201, "nested deeper than 128 levels"),
+    (b'{"messages": [], "header": {"score": NaN}}', "NaN is not a JSON value"),
+    (b'[{"x": Infinity}]', "Infinity is not a JSON value"),
+    (b'{"messages": [{"origin": "tool", "type": "text", "text": "\\ud800"}]}', "lone surrogate"),
+    (b'{"\\udfff": 1}', "lone surrogate \\udfff"),
+]
+
+
+@pytest.mark.parametrize(("stdout", "problem"), MALFORMED)
+def test_stdout_that_is_not_standard_json_is_invalid_json_naming_the_problem(
+    stdout: bytes, problem: str
+) -> None:
+    with pytest.raises(WireError) as caught:
+        parse_stdout(stdout)
+    assert str(caught.value).startswith("invalid_json: ")
+    assert problem in str(caught.value)
+
+
+def test_nesting_up_to_the_limit_and_paired_surrogates_are_accepted() -> None:
+    deep = {"messages": [], "header": {"k": json.loads("[" * 120 + "]" * 120)}}
+    assert parse_stdout(json.dumps(deep).encode()) == [deep]
+    emoji = b'{"messages": [{"origin": "tool", "type": "text", "text": "\\ud83d\\ude00"}]}'
+    [item] = parse_stdout(emoji)
+    assert item["messages"][0]["text"] == "\U0001f600"
+
+
+@pytest.mark.parametrize(("stdout", "problem"), MALFORMED[::2])
+async def test_a_running_script_printing_malformed_json_gets_a_typed_error_not_a_crash(
+    colony: ColonyHarness, stdout: bytes, problem: str
+) -> None:
+    body = {"messages": [{"origin": "user", "type": "text", "text": stdout.hex()}]}
+    await colony.send("/s", body)
+    await colony.settle()
+    [reply] = colony.captured("/sink")
+    assert reply.headers.hop["error_code"] == "invalid_json"
+    assert problem in reply.body["messages"][0]["text"]
+    assert await colony.dead_letters() == []

@@ -172,3 +172,47 @@ async def test_any_store_operation_is_a_reply_or_a_typed_error(
     event(f"reply {code or 'ok'}")
     assert code is None or code in ERROR_CODES, code
     assert await store.dead_letters() == []
+
+
+UNKNOWN_TABLE = "no_such_table"
+
+
+@settings(max_examples=400, deadline=None)
+@given(call=args)
+def test_a_malformed_call_is_invalid_input_before_any_name_is_looked_up(
+    call: dict[str, Any],
+) -> None:
+    """Issue 15 item 6: whether a call is well formed never depends on the schema. A call
+    that is malformed against a table that exists is malformed against one that does not,
+    with the same sentence: the shape is checked before the table and columns are looked up."""
+    if call.get("operation") == "create_table":
+        return  # it names a new table: there is nothing to look up
+    known = outcome(lambda: plan({**call, "table": "notes"}, SCHEMA), ArgsError, UnknownName)
+    unknown = outcome(
+        lambda: plan({**call, "table": UNKNOWN_TABLE}, SCHEMA), ArgsError, UnknownName
+    )
+    if isinstance(known, ArgsError):
+        assert isinstance(unknown, ArgsError), (call, unknown)
+        assert unknown.text == known.text
+    else:
+        assert not isinstance(unknown, Plan)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        {"operation": "select", "table": UNKNOWN_TABLE, "columns": []},
+        {"operation": "select", "table": UNKNOWN_TABLE},
+        {"operation": "insert", "table": UNKNOWN_TABLE, "row": {}},
+        {"operation": "update", "table": UNKNOWN_TABLE, "set": {}},
+        {"operation": "update", "table": "notes", "set": {"nope": 1}, "where": {"id": {"in": []}}},
+        {"operation": "delete", "table": UNKNOWN_TABLE, "where": {"id": {"in": []}}},
+        {"operation": "select", "table": "notes", "columns": ["nope"], "order_by": [{}]},
+        {"operation": "select", "table": "notes", "columns": ["nope"], "limit": 0},
+    ],
+)
+def test_an_empty_list_or_map_is_invalid_input_even_on_an_unknown_table(
+    call: dict[str, Any],
+) -> None:
+    with pytest.raises(ArgsError):
+        plan(call, SCHEMA)

@@ -245,3 +245,107 @@ async def test_a_real_daemon_writes_no_secret_to_log_jsonl_or_its_databases(
     assert dumps
     for db, dump in dumps.items():
         assert_no_secret(db, dump)
+
+
+# Every environment this process can read: its own and each ancestor's (/proc/PID/environ),
+# appended as one JSON line to OUT. ``{read}`` is how the script gets its input.
+ANCESTORS = """
+import json, os, sys
+{read}
+seen = {{}}
+pid = os.getpid()
+while pid > 1:
+    try:
+        with open(f"/proc/{{pid}}/environ", "rb") as handle:
+            seen[pid] = handle.read().decode("utf-8", "replace")
+    except OSError as exc:
+        seen[pid] = f"unreadable: {{exc.strerror}}"
+    with open(f"/proc/{{pid}}/stat") as handle:
+        pid = int(handle.read().rsplit(")", 1)[1].split()[1])
+seen["cwd"] = os.getcwd()
+seen["dotenv"] = os.path.exists(".env")
+with open({out!r}, "a") as out:
+    out.write(json.dumps(seen) + "\\n")
+print("[]")
+"""
+
+
+async def test_no_cell_process_can_read_the_daemons_environment_through_proc(
+    make_tree: TreeFactory, tmp_path: Path
+) -> None:
+    """Issue 15 item 15: a script read the daemon's whole environment through
+    ``/proc/$PPID/environ``. Now no ancestor a cell process can see holds a secret: the parent
+    is the zygote (started with the allow-list), the daemon's own block is zeroed and it is not
+    dumpable; and the process runs in its cell's folder, not beside the root's ``.env``."""
+    out = tmp_path / "seen.jsonl"
+    script = ANCESTORS.format(read="sys.stdin.read()", out=str(out))
+    command = f"python3 - <<'EOF'\n{ANCESTORS.format(read='', out=str(out))}\nEOF"
+    daemon_secrets = {
+        "MECLAW_SECURITY_TEST_API_KEY": DAEMON_KEY,
+        "AWS_ACCESS_KEY_ID": "AKIA" + DAEMON_KEY[-16:].upper().replace("-", "Q"),
+        "DATABASE_URL": f"postgres://app:{DAEMON_KEY}@db.internal/app",
+    }
+    files = {
+        ".env": f"LLM_KEY={LLM_KEY}\n",
+        "main/config.json": hive(),
+        "main/fork/config.json": {
+            "cell": {"type": "code"},
+            "params": {"script_inline": script},
+            "contract": CONTRACT,
+        },
+        "main/spawn/config.json": {
+            "cell": {"type": "code"},
+            "params": {"script_inline": script, "isolation": "spawn"},
+            "contract": CONTRACT,
+        },
+        "main/sh/config.json": {"cell": {"type": "bash"}, "params": {}, "contract": CONTRACT},
+    }
+    root = make_tree(files)
+    daemon = await asyncio.create_subprocess_exec(
+        MECLAW,
+        "--root",
+        str(root),
+        "--api",
+        "127.0.0.1:0",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **daemon_secrets},
+        cwd=root,  # the daemon runs beside its .env
+    )
+    assert daemon.stderr is not None
+    try:
+        url = ""
+        async with asyncio.timeout(30):
+            while not url:
+                line = (await daemon.stderr.readline()).decode()
+                assert line, "the daemon exited before serving its API"
+                if "HTTP API on " in line:
+                    url = line.split("HTTP API on ", 1)[1].strip()
+        async with httpx.AsyncClient(base_url=url, trust_env=False, timeout=10) as client:
+            for target in ("/fork", "/spawn"):
+                posted = await client.post("/messages", json={"target": target, "body": user("x")})
+                assert posted.status_code == 202, posted.text
+            posted = await client.post("/messages", json={"target": "/sh", "body": shell(command)})
+            assert posted.status_code == 202, posted.text
+            async with asyncio.timeout(30):
+                while True:  # each cell appends one line
+                    if out.exists() and len(out.read_text().splitlines()) >= 3:
+                        break
+                    await asyncio.sleep(0.05)
+    finally:
+        if daemon.returncode is None:
+            daemon.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            await daemon.communicate()
+    reports = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(reports) == 3
+    for report in reports:
+        assert report.pop("cwd").startswith(str(root / "main"))
+        assert report.pop("dotenv") is False
+        assert str(daemon.pid) in report, "the daemon is an ancestor the script can name"
+        seen = report[str(daemon.pid)]
+        assert seen.startswith("unreadable") or not seen.strip("\0"), seen[:200]
+        dump = json.dumps(report)
+        for secret in (*daemon_secrets.values(), LLM_KEY):
+            assert secret not in dump

@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from cells.strict_json import JsonTextError, loads
+
 JsonObject = dict[str, Any]
 
 FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter")
@@ -154,17 +156,19 @@ def parse_call(turn: JsonObject, index: int) -> tuple[str, str, Any]:
     if not isinstance(text, str):
         raise TranslateError(f"messages[{index}] is a tool_call without text")
     try:
-        function = json.loads(text)
-    except json.JSONDecodeError:
-        raise TranslateError(f"messages[{index}] tool_call text is not JSON") from None
+        function = loads(text)
+    except JsonTextError as exc:
+        raise TranslateError(f"messages[{index}] tool_call text is not JSON: {exc}") from None
     if not isinstance(function, dict) or not isinstance(function.get("name"), str):
         raise TranslateError(f"messages[{index}] tool_call text needs a name")
     raw = function.get("arguments", "{}")
     if isinstance(raw, str):
         try:
-            arguments = json.loads(raw) if raw.strip() else {}
-        except json.JSONDecodeError:
-            raise TranslateError(f"messages[{index}] tool_call arguments are not JSON") from None
+            arguments = loads(raw) if raw.strip() else {}
+        except JsonTextError as exc:
+            raise TranslateError(
+                f"messages[{index}] tool_call arguments are not JSON: {exc}"
+            ) from None
     else:
         arguments = raw
     return str(turn.get("id", "")), function["name"], arguments
@@ -214,8 +218,8 @@ def error_of(text: str) -> str | None:
     if not text.startswith("{"):
         return None
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
+        value = loads(text)
+    except JsonTextError:
         return None
     if not isinstance(value, dict) or list(value) != [ERROR_KEY]:
         return None

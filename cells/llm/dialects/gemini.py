@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -71,6 +70,7 @@ from cells.llm.dialects.base import (
     error_of,
     parse_call,
 )
+from cells.strict_json import JsonTextError, loads
 
 SKIP_SIGNATURE = "skip_thought_signature_validator"
 """The documented ``thoughtSignature`` for function calls Gemini did not produce."""
@@ -409,15 +409,11 @@ def _result(turn: JsonObject, index: int, sent: dict[str, _Call]) -> tuple[int, 
 _NOT_JSON: Any = object()
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(name)
-
-
 def _json_value(text: str) -> Any:
     """The text parsed as strict JSON (no NaN/Infinity), or :data:`_NOT_JSON`."""
     try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except ValueError:
+        return loads(text)
+    except JsonTextError:
         return _NOT_JSON
 
 

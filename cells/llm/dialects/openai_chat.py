@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -27,6 +26,7 @@ from cells.llm.dialects.base import (
     Usage,
     compact,
 )
+from cells.strict_json import JsonTextError, loads
 
 _FINISH = {
     "stop": "stop",
@@ -70,9 +70,11 @@ class OpenAIChat:
                 if not isinstance(text, str):
                     raise TranslateError(f"messages[{index}] is a tool_call without text")
                 try:
-                    function = json.loads(text)
-                except json.JSONDecodeError:
-                    raise TranslateError(f"messages[{index}] tool_call text is not JSON") from None
+                    function = loads(text)
+                except JsonTextError as exc:
+                    raise TranslateError(
+                        f"messages[{index}] tool_call text is not JSON: {exc}"
+                    ) from None
                 if calls is None or current is None:
                     calls = []
                     current = {"role": "assistant", "content": None, "tool_calls": calls}

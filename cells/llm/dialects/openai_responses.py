@@ -28,7 +28,6 @@ replayed without server-side storage.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -44,6 +43,7 @@ from cells.llm.dialects.base import (
     call_text,
     compact,
 )
+from cells.strict_json import JsonTextError, loads
 
 _TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 """OpenAI's function-name grammar (the API answers 400 to anything else)."""
@@ -266,9 +266,9 @@ def _assistant_run(run: list[tuple[int, JsonObject]], native: NativeLookup) -> l
         if not isinstance(raw, str):
             raise TranslateError(f"messages[{index}] is a tool_call without text")
         try:
-            function = json.loads(raw)
-        except json.JSONDecodeError:
-            raise TranslateError(f"messages[{index}] tool_call text is not JSON") from None
+            function = loads(raw)
+        except JsonTextError as exc:
+            raise TranslateError(f"messages[{index}] tool_call text is not JSON: {exc}") from None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             raise TranslateError(f"messages[{index}] tool_call text needs a name")
         arguments = function.get("arguments", "{}")

@@ -123,6 +123,43 @@ async def test_a_non_zero_exit_is_script_failed_with_stdout_and_the_stderr_tail(
     assert reply.headers.hop["had_stderr"] is True
 
 
+RAISES = """
+import json, sys
+json.load(sys.stdin)
+def divide(a, b):
+    return a / b
+noise = "x" * 20000
+sys.stderr.write(noise + "\\n")
+divide(1, 0)
+"""
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+async def test_a_script_that_raises_carries_the_exception_and_its_bounded_traceback(
+    make_tree: TreeFactory, isolation: str
+) -> None:
+    """Issue 15 item 8: the failure is findable without reading the stderr block: meta.error
+    holds the exception line (detail) and the traceback (the stderr tail, at most 8 KiB)."""
+    [reply] = await run(make_tree, code_tree(RAISES, isolation=isolation))
+    code, text = error_of(reply)
+    assert code == "script_failed"
+    error = reply.body["meta"]["error"]
+    assert error["source"] == "script"
+    assert error["detail"] == "ZeroDivisionError: division by zero"
+    assert error["exit_code"] == 1
+    traceback = error["traceback"]
+    assert traceback.endswith("ZeroDivisionError: division by zero\n")
+    assert "line 5, in divide" in traceback
+    assert "Traceback (most recent call last)" in traceback
+    assert len(traceback.encode()) <= 8 * 1024
+    assert "ZeroDivisionError: division by zero" in text
+
+
+async def test_every_error_emission_says_what_failed_in_meta_error(make_tree: TreeFactory) -> None:
+    [reply] = await run(make_tree, code_tree("print('not json')"))
+    assert reply.body["meta"]["error"]["detail"].startswith("invalid_json: Expecting value")
+
+
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 async def test_a_script_past_its_timeout_is_killed_as_script_timeout(
     make_tree: TreeFactory, isolation: str

@@ -258,6 +258,47 @@ async def test_a_failing_status_maps_to_its_error_code(
     assert message.body["messages"] == user()["messages"]
 
 
+async def test_a_failed_provider_call_carries_the_url_status_and_the_providers_message_redacted(
+    make_tree: TreeFactory,
+) -> None:
+    """Issue 15 items 8 and 15: meta.error says where the call went (no password, no query
+    values), what came back and what the provider said, minus anything secret."""
+    leaky = Status(400, {"error": {"message": f"bad request; you sent Bearer {KEY}"}})
+    async with ScriptedOpenAI([leaky]) as model:
+        served = model.url
+        base = served.replace("http://", "http://bob:hunter2pw@")
+        async with ColonyHarness(
+            make_tree(brain_tree()), capture=["/sink"], llm_base_url=base
+        ) as colony:
+            await colony.send("/", user())
+            await colony.settle(timeout=30)
+            [message] = colony.captured("/sink")
+    code, error = error_of(message)
+    assert code == "provider_error"
+    assert error["status"] == 400
+    assert error["url"] == served.replace("http://", "http://bob:[redacted]@") + (
+        "/chat/completions"
+    )
+    assert error["upstream_message"] == "bad request; you sent Bearer [redacted]"
+    assert error["detail"] == "HTTP 400"
+    everything = json.dumps({"body": message.body, "hop": message.headers.hop})
+    assert KEY not in everything
+    assert "hunter2pw" not in everything
+
+
+async def test_an_unreachable_provider_is_an_error_naming_the_url(make_tree: TreeFactory) -> None:
+    tree = make_tree(brain_tree(max_retries=0))  # base_url http://127.0.0.1:9/v1: closed
+    async with ColonyHarness(tree, capture=["/sink"]) as colony:
+        await colony.send("/", user())
+        await colony.settle(timeout=30)
+        [message] = colony.captured("/sink")
+    code, error = error_of(message)
+    assert error["url"] == "http://127.0.0.1:9/v1/chat/completions"
+    assert code == "provider_error"
+    assert error["url"].endswith("/chat/completions")
+    assert error["detail"].startswith("cannot connect")
+
+
 async def test_a_429_then_success_is_retried_honouring_retry_after_and_logged(
     make_tree: TreeFactory,
 ) -> None:
@@ -301,6 +342,23 @@ async def test_a_200_answer_that_is_not_a_completion_is_provider_error(
 
 
 # -- empty rounds ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "problem"),
+    [
+        (text_reply("half a pair \ud83d"), "lone surrogate \\ud83d"),
+        ({**text_reply("x"), "usage": {"prompt_tokens": float("nan")}}, "NaN is not a JSON value"),
+    ],
+)
+async def test_an_answer_that_is_not_standard_json_is_a_provider_error_naming_it(
+    make_tree: TreeFactory, answer: Any, problem: str
+) -> None:
+    """Issue 15 item 17: what the colony cannot store or serve as JSON never enters it."""
+    [message], _, _ = await converse(make_tree, [answer])
+    code, error = error_of(message)
+    assert code == "provider_error"
+    assert problem in error["detail"]
 
 
 async def test_an_empty_round_is_asked_once_more(make_tree: TreeFactory) -> None:

@@ -179,6 +179,13 @@ async def test_create_table_adds_a_table_that_survives_a_restart(
             'unknown argument "wher"',
         ),
         (call({"operation": "select", "table": "thread"}), "select", "columns is required"),
+        # The shape is judged before the table is looked up (issue 15 item 6).
+        (
+            call({"operation": "select", "table": "nosuch", "columns": []}),
+            "select",
+            "columns is required",
+        ),
+        (call({"operation": "update", "table": "nosuch", "set": {}}), "update", "non-empty"),
         (
             call(
                 {

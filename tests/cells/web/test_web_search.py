@@ -249,6 +249,46 @@ async def test_a_non_2xx_answer_is_an_http_error_naming_the_status() -> None:
     assert turn_of(reply)["id"] == "call-1"
 
 
+SEARCH_KEY = "srch-Wq3Zk81LmPx0"
+
+
+async def test_an_endpoint_echoing_the_bearer_key_in_its_error_body_is_quoted_redacted(
+    make_tree: TreeFactory,
+) -> None:
+    """Issue 15 item 15: the excerpt of an error body goes to the message log and the model,
+    so the key it echoes (and anything shaped like a secret) is redacted first."""
+    echo = json.dumps(
+        {
+            "error": f"invalid key {SEARCH_KEY}",
+            "received": {"authorization": f"Bearer {SEARCH_KEY}"},
+            "hint": "try sk-live-0a1b2c3d4e5f6a7b8c9d",
+        }
+    )
+    async with answering(echo, status=403) as server:
+        tree = make_tree(search_tree(server.url("/search"), api_key=SEARCH_KEY))
+        async with ColonyHarness(
+            tree, capture=["/sink"], cell_types={"web_search": WEB_SEARCH}
+        ) as colony:
+            trace = await colony.send("/searcher", call({"query": "cats"}))
+            await colony.settle()
+            [reply] = colony.captured("/sink")
+            rows = await colony.message_log(trace)
+    assert server.requests[0].headers["authorization"] == f"Bearer {SEARCH_KEY}"
+    code, text = error_of({"header": reply.headers.hop, "messages": reply.body["messages"]})
+    assert code == "http_error"
+    assert text.startswith("web_search endpoint answered HTTP 403 Forbidden: ")
+    assert "invalid key [redacted]" in text
+    assert "sk-live" not in text
+    for where in (text, repr(rows), json.dumps(colony.records, default=str)):
+        assert SEARCH_KEY not in where
+
+
+async def test_a_successful_answer_never_quotes_the_cells_own_key() -> None:
+    async with answering(f'{{"results": [], "echo": "{SEARCH_KEY}"}}') as server:
+        reply = await search(server.url("/"), api_key=SEARCH_KEY)
+    assert turn_of(reply)["text"] == '{"results": [], "echo": "[redacted]"}'
+
+
 async def test_a_server_error_without_a_body_is_an_http_error_too() -> None:
     async with answering(b"", status=503) as server:
         reply = await search(server.url("/"))
