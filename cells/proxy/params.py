@@ -28,7 +28,8 @@ _TOKEN_CHARS = re.compile(r"^[^\s/?#]+$")
 
 
 class ProxyParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # meclaw's parser skips keys it does not read; the loader warns about each.
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
 
     platform: str = "telegram"
     """The chat platform; only ``telegram`` is implemented."""

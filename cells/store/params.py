@@ -32,7 +32,8 @@ def identifier_problem(name: Any) -> str | None:
 
 
 class StoreParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # meclaw's parser skips keys it does not read; the loader warns about each.
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
 
     schema_: dict[str, dict[str, ColumnType]] = Field(alias="schema")
     """``{table: {column: "text" | "int" | "json"}}``: created on a fresh database; missing

@@ -21,11 +21,11 @@ from pydantic import BaseModel, ValidationError
 
 from colony import paths
 from colony.config import discovery
-from colony.config.diagnostics import Diagnostic, Severity, has_errors
+from colony.config.diagnostics import Diagnostic, Severity, format_path, has_errors
 from colony.config.jsonpos import Path as JsonPath
 from colony.config.jsonpos import Positions
 from colony.config.models import CellConfig, ColonyConfig, HiveConfig, Modifier
-from colony.config.schema_errors import closest, diagnostics_from, json_type_name
+from colony.config.schema_errors import closest, diagnostics_from, json_type_name, tainted
 from colony.config.substitute import (
     EnvFileError,
     Substituted,
@@ -437,17 +437,26 @@ class _TreeLoader:
     ) -> None:
         for problem in check(params, folder):
             where: JsonPath = ("params", *problem.path)
-            if where in substituted.substituted_paths:
-                out.error(
-                    problem.code,
-                    "the value substituted here from a ${...} variable is not valid for this key",
-                    where,
-                    "check the variable's value.",
+            severity = Severity.WARNING if problem.warning else Severity.ERROR
+            if not problem.about_key and tainted(where, substituted.substituted_paths):
+                # The message may quote the value, and a substituted value may be a secret.
+                out.add(
+                    Diagnostic(
+                        severity,
+                        problem.code,
+                        f"{format_path(where)} is not valid with the value its ${{...}} "
+                        f"variable gives it ({problem.code}); the value is not shown",
+                        out.file,
+                        where,
+                        "check the variable's value in the env file or the environment.",
+                    )
                 )
-            elif problem.warning:
-                out.warning(problem.code, problem.message, where, problem.hint)
             else:
-                out.error(problem.code, problem.message, where, problem.hint)
+                out.add(
+                    Diagnostic(
+                        severity, problem.code, problem.message, out.file, where, problem.hint
+                    )
+                )
 
     def _check_contract(self, doc: dict[str, Any], out: _FileDiagnostics) -> None:
         contract = doc.get("contract")

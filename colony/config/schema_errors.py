@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import types
 import typing
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -118,6 +118,14 @@ def allowed_keys(model: type[BaseModel], where: JsonPath) -> list[str]:
     return []
 
 
+def tainted(path: JsonPath, substituted: Collection[JsonPath]) -> bool:
+    """Whether the value at ``path`` holds (or is) a string a ``${VAR}`` filled in."""
+    if not substituted:
+        return False
+    size = len(path)
+    return any(p[:size] == path for p in substituted)
+
+
 def closest(word: str, choices: Iterable[str]) -> str | None:
     """The most similar choice, if any is similar enough to be a plausible typo."""
     matches = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
@@ -153,7 +161,7 @@ def _one(
             path,
             f"add '{key}'.",
         )
-    if path in substituted:
+    if tainted(path, substituted):
         # Never echo a value that came from a variable: it may be a secret.
         return Diagnostic(
             Severity.ERROR,

@@ -290,10 +290,10 @@ PARAM_ERRORS: dict[str, tuple[dict[str, Any], str, str]] = {
         "invalid_identifier",
         "params.schema",
     ),
-    "store unknown param": (
-        cell("store", {"schema": {"t": {"c": "text"}}, "sceham": {}}),
+    "nested unknown key (llm transcript)": (
+        cell("llm", {"model": "m", "transcript": {"stor": "memory"}}),
         "unknown_key",
-        "params.sceham",
+        "params.transcript.stor",
     ),
 }
 
@@ -330,6 +330,22 @@ def test_an_unknown_llm_param_is_a_warning_naming_the_closest_key(make_tree: Tre
     assert (d["severity"], d["code"], d["path"]) == ("warning", "unknown_param", "params.max_token")
     assert d["hint"].startswith("did you mean 'max_tokens'?")
     assert meclaw("--root", str(root), "--validate-strict").exit_code == 1
+
+
+def test_meclaws_bash_stand_ins_with_params_command_validate_and_fail_only_under_strict() -> None:
+    # Shaped like meclaw's gh81 remind-lane fixture: bash cells carrying a params.command the
+    # bash cell does not read, and a params.marker filled from .env.
+    root = str(FIXTURES / "trees" / "alarm-lane")
+    plain = meclaw("--root", root, "--validate", "--format", "json")
+    assert plain.exit_code == 0, plain.stdout
+    report = json.loads(plain.stdout)
+    assert {(d["severity"], d["code"]) for d in report["diagnostics"]} == {
+        ("warning", "unknown_param")
+    }
+    assert "params.marker" in {d["path"] for d in report["diagnostics"]}
+    strict = meclaw("--root", root, "--validate-strict")
+    assert strict.exit_code == 1
+    assert "error[unknown_param] at params.marker: 'marker' is not a param" in strict.stderr
 
 
 def test_an_llm_without_a_model_fails_validate(make_tree: TreeFactory) -> None:
