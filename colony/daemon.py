@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from cells import BUILTIN_CELL_TYPES, close_shared_resources, implemented_cell_types, prepare
+from cells import close_shared_resources, implemented_cell_types, prepare
 from cells.llm.chat_endpoint import ChatRoute
 from colony.api import build_app, serve
 from colony.cell import CellType, param_checks
@@ -70,7 +70,7 @@ async def run(
     types = dict(cell_types) if cell_types is not None else implemented_cell_types()
     result = load_tree(
         root,
-        cell_types=types.keys() | BUILTIN_CELL_TYPES,
+        cell_types=types.keys(),
         env_file=env_file,
         param_checks=param_checks(types),
     )
@@ -87,7 +87,12 @@ async def run(
         return EXIT_FAILED
     level = log_level or tree.colony.log_default_level
     # Warm workers fork children: start them before colony.db's writer thread exists.
-    await prepare((node.type, node.config.params) for node in tree.cells.values())
+    try:
+        await prepare((node.type, node.config.params) for node in tree.cells.values())
+    except BootError as exc:
+        for problem in exc.problems:
+            _say(f"cannot boot: {problem}")
+        return EXIT_FAILED
     with open(log_file, "a", encoding="utf-8") as stream:  # noqa: ASYNC230 (once, at boot)
         log = file_logger(stream, level)
         db = ColonyDb(root / "colony.db")

@@ -103,7 +103,7 @@ class ProxyParams(BaseModel):
         if not re.match(r"^https?://[^/\s]+", value):
             raise PydanticCustomError(
                 "invalid_base_url",
-                "base_url must be an http:// or https:// URL (got {url!r})",
+                "base_url must be an http:// or https:// URL (got '{url}')",
                 {"url": value},
             )
         return value.rstrip("/")

@@ -8,6 +8,7 @@ Pydantic says *what* failed; a user also needs *where* (file, JSON path) and *ho
 from __future__ import annotations
 
 import difflib
+import json
 import types
 import typing
 from collections.abc import Collection, Iterable
@@ -51,6 +52,29 @@ _RANGE = {
     "less_than_equal": "at most {le}",
     "less_than": "less than {lt}",
 }
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """A value the way the file wrote it: JSON (``null``, ``true``, ``"text"``), shortened.
+    Python's spelling (``None``, ``'text'``) never reaches a message."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = json_type_name(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_PREFIXES = ("Value error, ", "Assertion failed, ")
+"""What pydantic puts before the message of a validator's ValueError or assert."""
+
+
+def _sentence(error: ErrorDetails) -> str:
+    """Pydantic's message without its prefix (the validator's own words, first line)."""
+    message = error["msg"]
+    for prefix in _PREFIXES:
+        if message.startswith(prefix):
+            message = message[len(prefix) :]
+    return message.split("\n", 1)[0]
 
 
 def json_type_name(value: Any) -> str:
@@ -185,7 +209,7 @@ def _one(
         return Diagnostic(
             Severity.ERROR,
             "out_of_range",
-            f"must be {bound}, got {value!r}",
+            f"must be {bound}, got {shown(value)}",
             file,
             path,
             f"use a value {bound}.",
@@ -195,13 +219,14 @@ def _one(
         return Diagnostic(
             Severity.ERROR,
             "invalid_value",
-            f"must be one of {expected}, got {value!r}",
+            f"must be one of {expected}, got {shown(value)}",
             file,
             path,
             None,
         )
     # Our own PydanticCustomErrors carry a stable code and a complete sentence.
-    return Diagnostic(Severity.ERROR, kind, error["msg"], file, path, _HINTS.get(kind))
+    code = "invalid_value" if kind in ("value_error", "assertion_error") else kind
+    return Diagnostic(Severity.ERROR, code, _sentence(error), file, path, _HINTS.get(kind))
 
 
 def diagnostics_from(

@@ -370,3 +370,52 @@ def test_a_seeded_tool_the_provider_cannot_carry_fails_validate_naming_tool_and_
     assert "error[tool_unsupported]" in result.stderr
     assert provider in result.stderr
     assert name in result.stderr
+
+
+def test_a_hostile_tree_is_reported_by_the_installed_command_never_an_internal_error(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "hostile"
+    (root / "main/w").mkdir(parents=True)
+    (root / "main/config.json").write_text('{"cell": {"type": "hive"}}')
+    os.mkfifo(root / "main/w/config.json")
+    os.symlink("/dev/zero", root / "colony.json")
+    (root / ".env").mkdir()
+    exe = Path(sys.executable).with_name("meclaw")
+    done = subprocess.run(
+        [str(exe), "--root", str(root), "--validate"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1, done.stderr
+    assert "internal error" not in done.stderr
+    assert "Traceback" not in done.stderr
+    for name in ("main/w/config.json", "colony.json", ".env"):
+        assert f"{name}: error[" in done.stderr
+
+
+def test_a_root_one_level_too_deep_asks_did_you_mean_its_parent(tmp_path: Path) -> None:
+    colony = tmp_path / "colony"
+    shutil.copytree(FIXTURES / "trees" / "nested", colony)
+    result = meclaw("--root", str(colony / "main"), "--validate")
+    assert result.exit_code == 1
+    assert f"did you mean --root {colony}?" in result.stderr
+
+
+def test_a_root_one_level_too_high_asks_did_you_mean_the_colony_below(tmp_path: Path) -> None:
+    colony = tmp_path / "projects" / "colony"
+    shutil.copytree(FIXTURES / "trees" / "nested", colony)
+    (tmp_path / "projects" / "notes").mkdir()
+    result = meclaw("--root", str(tmp_path / "projects"), "--validate")
+    assert result.exit_code == 1
+    assert "error[no_root]" in result.stderr
+    assert f"did you mean --root {colony}?" in result.stderr
+
+
+def test_a_relative_root_gets_a_relative_suggestion(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shutil.copytree(FIXTURES / "trees" / "nested", tmp_path / "colony")
+    monkeypatch.chdir(tmp_path)
+    result = meclaw("--root", "colony/main", "--validate")
+    assert "did you mean --root colony?" in result.stderr
+    result = meclaw("--root", ".", "--validate")
+    assert "did you mean --root colony?" in result.stderr

@@ -26,7 +26,7 @@ ALARM_LANE = FIXTURES / "trees" / "alarm-lane"
 
 def valid_params(cell_type: str, tmp_path: Path) -> dict[str, Any]:
     """Params each type accepts, so the only finding is about the extra key."""
-    return {
+    every: dict[str, dict[str, Any]] = {
         "bash": {},
         "code": {"runner": "python3", "script_inline": "print('[]')"},
         "file": {"base_path": str(tmp_path)},
@@ -36,7 +36,8 @@ def valid_params(cell_type: str, tmp_path: Path) -> dict[str, Any]:
         "timer": {},
         "web_fetch": {},
         "web_search": {"endpoint": "http://127.0.0.1:9/search"},
-    }[cell_type]
+    }
+    return every[cell_type]
 
 
 def load(root: Path, environ: dict[str, str] | None = None) -> LoadResult:
