@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from colony import paths
-from colony.config import discovery, reading
+from colony.config import discovery, headers, reading
 from colony.config.diagnostics import Diagnostic, Severity, format_path, has_errors
 from colony.config.jsonpos import Path as JsonPath
 from colony.config.jsonpos import Positions
@@ -305,6 +305,8 @@ class _TreeLoader:
         self.hives: dict[str, HiveNode] = {}
         self.edges: list[EdgeDecl] = []
         self.endpoints: list[_EndpointRef] = []
+        self.texts: dict[str, str] = {}
+        """Texts of the cells whose contracts require headers (see :meth:`check_headers`)."""
         self.failed = False
         self._resolved: dict[tuple[str, str], str] = {}
 
@@ -400,6 +402,31 @@ class _TreeLoader:
                 )
         elif isinstance(parsed, CellConfig):
             self.cells[node.path] = CellNode(node.path, node.folder, file, parsed)
+            contract = parsed.contract
+            if headers.required(contract, "context") or headers.required(contract, "hop"):
+                self.texts[file] = out.text  # to place a header finding at its line
+
+    def check_headers(self) -> None:
+        """Required context and hop keys no route brings (see :mod:`colony.config.headers`)."""
+        cells = {
+            path: headers.Cell(path, node.file, node.config.contract)
+            for path, node in self.cells.items()
+        }
+        edges = [
+            headers.Edge(
+                e.from_path,
+                e.to_path,
+                e.modifier,
+                f"the edge {e.from_path} → {e.to_path} ({e.file} params.graph.edges[{e.index}])",
+            )
+            for e in self.edges
+        ]
+        for finding in headers.check(cells, self.hives, edges):
+            if finding.file is None:
+                continue
+            out = _FileDiagnostics(finding.file, self.texts.get(finding.file, ""))
+            out.add(finding)
+            self.diagnostics.extend(out.items)
 
     def _check_cell_block(
         self, cell: dict[str, Any], out: _FileDiagnostics, substituted: set[JsonPath]
@@ -729,6 +756,9 @@ def load_tree(
         for node in found.nodes:
             loader.load_node(node)
         loader.check_endpoints({node.path for node in found.nodes})
+        if not has_errors(loader.diagnostics) and not has_errors(diagnostics):
+            # On a tree that loaded whole: a missing node would make findings up.
+            loader.check_headers()
     diagnostics.extend(loader.diagnostics)
 
     if has_errors(diagnostics) or colony is None:
