@@ -1,9 +1,12 @@
 """Load a colony tree: every file parsed, every problem reported, nothing written.
 
-``load_tree`` is what both the daemon's boot and ``meclaw --validate`` run. It never stops at
-the first problem: each file is parsed on its own, schema errors, substitution errors,
-expression errors and endpoint warnings are all collected, and a tree is returned only when no
-error was found. It creates, locks and writes nothing.
+``load_tree`` is what both the daemon's boot and ``meclaw --validate`` run, so what one
+refuses the other refuses. It never stops at the first problem: each file is read
+(:mod:`~colony.config.reading`: regular files only, size-capped) and parsed on its own;
+folder problems (:mod:`~colony.config.discovery`), schema errors, substitution errors, params
+checks, expression errors and endpoint warnings are all collected; on a tree that loaded whole,
+required headers no route brings (:mod:`~colony.config.headers`) are added. A tree is returned
+only when no error was found. It creates, locks and writes nothing.
 """
 
 from __future__ import annotations

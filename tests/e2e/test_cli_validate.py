@@ -419,3 +419,28 @@ def test_a_relative_root_gets_a_relative_suggestion(
     assert "did you mean --root colony?" in result.stderr
     result = meclaw("--root", ".", "--validate")
     assert "did you mean --root colony?" in result.stderr
+
+
+DOCUMENTED_CODES = [
+    *(code for _, code in ERROR_TREES.values()),
+    *(code for _, code in WARNING_TREES.values()),
+    "not_a_file",
+    "file_too_large",
+    "unreadable_file",
+    "invalid_unicode",
+    "invalid_folder_name",
+    "path_collision",
+    "reserved_path",
+    "context_unreachable",
+    "hop_unreachable",
+    "interpreter_missing",
+    "unknown_param",
+    "unreadable_folder",
+    "root_is_a_node",
+    "runner_missing",
+]
+
+
+@pytest.mark.parametrize("code", sorted(set(DOCUMENTED_CODES)))
+def test_every_validate_code_is_documented(code: str) -> None:
+    assert f"`{code}`" in (FIXTURES.parent / "docs" / "validate.md").read_text()

@@ -353,3 +353,9 @@ async def test_what_validate_refuses_the_boot_refuses_with_the_same_diagnostic(
         async with ColonyHarness(root, workdir=tmp_path):
             pass
     assert f"error[{expected[0]}]" in str(refused.value)
+
+
+def test_validate_and_the_daemon_know_the_same_cell_types() -> None:
+    # --validate checks cell types against BUILTIN_CELL_TYPES; the daemon loads with the types
+    # it implements. Were they to differ, boot would refuse trees validate passes.
+    assert set(implemented_cell_types()) == BUILTIN_CELL_TYPES
