@@ -78,6 +78,10 @@ async def run(
         sys.stderr.write(render_text(result.diagnostics, root=display_root))
         _say("the colony tree is invalid; nothing was started")
         return EXIT_FAILED
+    for warning in result.diagnostics:  # the tree boots; say once what it probably gets wrong
+        where = f" {warning.file}" if warning.file else ""
+        where += f" at {warning.pointer}" if warning.path else ""
+        _say(f"warning[{warning.code}]{where}: {warning.message}")
     tree = result.tree
     if direct and "/" not in tree.hives:
         _say(

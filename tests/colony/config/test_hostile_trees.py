@@ -4,6 +4,7 @@ loader, so the harness boot is checked alongside)."""
 
 from __future__ import annotations
 
+import json
 import os
 import unicodedata
 from pathlib import Path
@@ -178,8 +179,6 @@ def test_json_nested_as_deep_as_meclaw_allows_still_loads(make_tree: TreeFactory
 def test_a_lone_surrogate_in_a_cel_string_is_a_diagnostic_not_an_internal_error(
     make_tree: TreeFactory, where: dict[str, Any], pointer: str
 ) -> None:
-    import json
-
     edge = {"from": ".", "to": "./w", **where}
     text = json.dumps(hive(edge)).replace("\\\\u", "\\u")  # the escape, not a backslash
     root = make_tree({"main/config.json": text, "main/w/config.json": cell("bash")})
@@ -334,8 +333,6 @@ def _hostile(root: Path, case: str) -> None:
             "params": {"script_inline": "x", "interpreter": "/nonexistent/python3"},
             "contract": CONTRACT,
         }
-        import json
-
         (root / "main/w/config.json").write_text(json.dumps(doc))
 
 

@@ -8,6 +8,12 @@ that ``--validate-strict`` turns into an error.
 
 from __future__ import annotations
 
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -142,8 +148,6 @@ SCHEDULE = "0190a3f2-0000-7000-8000-0000000000a1"
 
 def call(op: dict[str, Any]) -> dict[str, Any]:
     text = {"name": "alarm", "arguments": op}
-    import json
-
     return {
         "messages": [
             {"origin": "assistant", "type": "tool_call", "id": "c1", "text": json.dumps(text)}
@@ -181,3 +185,34 @@ def test_each_cell_types_params_model_accepts_the_keys_the_loader_only_warns_abo
     check = implemented_cell_types()[cell_type].check_params
     assert isinstance(check, PydanticCheck)
     check.model.model_validate({**valid_params(cell_type, tmp_path), "commnad": "true"})
+
+
+def test_the_daemon_boots_a_tree_with_ignored_params_and_names_each_once(tmp_path: Path) -> None:
+    root = tmp_path / "lane"
+    shutil.copytree(ALARM_LANE, root)
+    exe = Path(sys.executable).with_name("meclaw")
+    daemon = subprocess.Popen(
+        [str(exe), "--root", str(root), "--daemon"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    try:
+        assert daemon.stderr is not None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = daemon.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "colony running" in line:
+                break
+        assert any("colony running" in line for line in lines), lines
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.communicate(timeout=30)  # reads the rest and closes the pipe
+    warnings = [line for line in lines if "warning[unknown_param]" in line]
+    assert len(warnings) == 4
+    assert any("main/ring/config.json at params.marker: 'marker'" in w for w in warnings)
