@@ -56,10 +56,14 @@ async def close_shared_resources() -> None:
 
 async def prepare(cells: Iterable[tuple[str, Any]]) -> None:
     """Start what cells share before the daemon starts its own threads: the warm worker
-    every forking python3 ``code`` cell uses. ``cells`` are ``(type, params)`` pairs."""
+    every forking python3 ``code`` cell uses. ``cells`` are ``(type, params)`` pairs.
+
+    Raises :class:`~colony.colony.BootError` when a worker cannot start (the loader has
+    already refused an interpreter that does not exist; this is one that is not Python)."""
     from cells.code.cell import default_interpreter
     from cells.code.params import CodeParams
-    from cells.code.process import shared_zygote
+    from cells.code.process import ProcessError, shared_zygote
+    from colony.colony import BootError
 
     interpreters: set[str] = set()
     for cell_type, params in cells:
@@ -69,4 +73,9 @@ async def prepare(cells: Iterable[tuple[str, Any]]) -> None:
         if parsed.forks:
             interpreters.add(parsed.interpreter or default_interpreter())
     for interpreter in sorted(interpreters):
-        await shared_zygote(interpreter).start()
+        try:
+            await shared_zygote(interpreter).start()
+        except ProcessError as exc:
+            raise BootError(
+                [f"the warm worker of python3 code cells ({interpreter}) cannot start: {exc}"]
+            ) from None

@@ -106,7 +106,7 @@ def tool_result(text: str, call_id: str | None) -> JsonObject:
 
 
 class BashParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
 
     external_timeout_ms: Annotated[int, Field(ge=1)] = 60_000
     """Wall clock for one command; the whole process group is killed when it elapses."""

@@ -47,7 +47,7 @@ _OUTSIDE = "path resolves outside base_path boundary"
 
 
 class FileParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
 
     base_path: str
     """Absolute path of an existing directory; every call's path is relative to it."""

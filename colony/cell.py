@@ -10,14 +10,17 @@ Cell modules import this module, never the router.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from colony.config.models import CellBlock, ColonyConfig, Contract
 from colony.envelope import Envelope, JsonObject
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 
 class CellClass(StrEnum):
@@ -68,6 +71,9 @@ class ParamProblem:
     hint: str | None = None
     warning: bool = False
     """A warning (``--validate-strict`` makes it an error) rather than an error."""
+    about_key: bool = False
+    """The finding is about the key itself, not its value: the loader may show it even where
+    the value came from a ``${VAR}`` (a value-finding there is reworded so nothing echoes)."""
 
 
 ParamsCheck = Callable[[Any, "Path | None"], list[ParamProblem]]
@@ -128,26 +134,79 @@ class CellType:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-def pydantic_check(
-    model: type[Any], extra: Callable[[Any, Path | None], list[ParamProblem]] | None = None
-) -> ParamsCheck:
-    """A :data:`ParamsCheck` from a pydantic model (plus an optional check of the parsed
-    params against the cell's folder, e.g. that a script file exists)."""
-    from pydantic import ValidationError
+class PydanticCheck:
+    """A :data:`ParamsCheck` from a pydantic model, plus an optional check of the parsed
+    params against the cell's folder (e.g. that a script file exists).
 
-    from colony.config.schema_errors import diagnostics_from
+    Top-level keys the model does not declare are what meclaw's parsers skip: each is a
+    warning (``unknown_param``) and is left out before the model sees the rest, so a
+    meclaw tree carrying one loads. A model that keeps extra keys (``extra="allow"``, the
+    code cell's script knobs) judges them itself. Nested blocks stay as strict as the model.
+    """
 
-    def check(params: Any, folder: Path | None) -> list[ParamProblem]:
+    def __init__(
+        self,
+        model: type[BaseModel],
+        extra: Callable[[Any, Path | None], list[ParamProblem]] | None = None,
+    ) -> None:
+        self.model = model
+        """The cell type's params model (the cell validates its params with the same one)."""
+        self._extra = extra
+        self._keeps_extra = model.model_config.get("extra") == "allow"
+        self._known = tuple(
+            name for key, info in model.model_fields.items() for name in {key, info.alias} if name
+        )
+
+    def ignored_keys(self, params: Mapping[str, Any]) -> list[ParamProblem]:
+        """A warning for each top-level key the model does not read."""
+        if self._keeps_extra:
+            return []
+        return [ignored_key(key, self._known) for key in params if key not in self._known]
+
+    def __call__(self, params: Any, folder: Path | None) -> list[ParamProblem]:
+        from pydantic import ValidationError
+
+        from colony.config.schema_errors import diagnostics_from
+
+        value = {} if params is None else params
+        problems: list[ParamProblem] = []
+        if isinstance(value, dict):
+            problems = self.ignored_keys(value)
+            if problems:
+                value = {k: v for k, v in value.items() if k in self._known}
         try:
-            parsed = model.model_validate({} if params is None else params)
+            parsed = self.model.model_validate(value)
         except ValidationError as exc:
-            return [
-                ParamProblem(d.path, d.code, d.message, d.hint)
-                for d in diagnostics_from(exc, model, file="")
+            return problems + [
+                ParamProblem(d.path, d.code, d.message, d.hint, about_key=d.code == "unknown_key")
+                for d in diagnostics_from(exc, self.model, file="")
             ]
-        return extra(parsed, folder) if extra is not None else []
+        return problems + (self._extra(parsed, folder) if self._extra is not None else [])
 
-    return check
+
+def ignored_key(key: str, known: Iterable[str]) -> ParamProblem:
+    """The warning for a params key the cell type does not read (the closest known key named)."""
+    from colony.config.schema_errors import closest
+
+    names = sorted(known)
+    guess = closest(key, names)
+    hint = f"did you mean '{guess}'? " if guess else ""
+    hint += f"Known params: {', '.join(names)}; remove the key if it is a note."
+    return ParamProblem(
+        (key,),
+        "unknown_param",
+        f"'{key}' is not a param this cell type reads; it is ignored",
+        hint,
+        warning=True,
+        about_key=True,
+    )
+
+
+def pydantic_check(
+    model: type[BaseModel], extra: Callable[[Any, Path | None], list[ParamProblem]] | None = None
+) -> PydanticCheck:
+    """The :class:`PydanticCheck` of ``model`` (what each cell type registers)."""
+    return PydanticCheck(model, extra)
 
 
 def param_checks(cell_types: Mapping[str, CellType]) -> dict[str, ParamsCheck]:

@@ -164,12 +164,6 @@ class Colony:
         """Wire a loaded tree into a colony; raises :class:`BootError` listing every problem."""
         engine = engine or default_engine()
         problems: list[str] = []
-        for node in tree.cells.values():
-            if node.type not in cell_types:
-                problems.append(
-                    f"{node.file}: cell type '{node.type}' is not available in this build "
-                    f"(available: {', '.join(sorted(cell_types))})"
-                )
         edges = EdgeTable((compile_edge(d, engine) for d in tree.edges), engine)
         known = set(tree.cells) | set(tree.hives) | {e.path for e in extra} | {"/"}
         for decl in tree.edges:

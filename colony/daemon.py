@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TextIO
 
-from cells import BUILTIN_CELL_TYPES, close_shared_resources, implemented_cell_types, prepare
+from cells import close_shared_resources, implemented_cell_types, prepare
 from cells.llm.chat_endpoint import ChatRoute
 from colony.api import build_app, serve
 from colony.cell import CellType, param_checks
@@ -86,7 +86,7 @@ async def run(
     types = dict(cell_types) if cell_types is not None else implemented_cell_types()
     result = load_tree(
         root,
-        cell_types=types.keys() | BUILTIN_CELL_TYPES,
+        cell_types=types.keys(),
         env_file=env_file,
         param_checks=param_checks(types),
     )
@@ -94,6 +94,10 @@ async def run(
         sys.stderr.write(render_text(result.diagnostics, root=display_root))
         _say("the colony tree is invalid; nothing was started")
         return EXIT_FAILED
+    for warning in result.diagnostics:  # the tree boots; say once what it probably gets wrong
+        where = f" {warning.file}" if warning.file else ""
+        where += f" at {warning.pointer}" if warning.path else ""
+        _say(f"warning[{warning.code}]{where}: {warning.message}")
     tree = result.tree
     if direct and "/" not in tree.hives:
         _say(
@@ -103,7 +107,12 @@ async def run(
         return EXIT_FAILED
     level = log_level or tree.colony.log_default_level
     # Warm workers fork children: start them before colony.db's writer thread exists.
-    await prepare((node.type, node.config.params) for node in tree.cells.values())
+    try:
+        await prepare((node.type, node.config.params) for node in tree.cells.values())
+    except BootError as exc:
+        for problem in exc.problems:
+            _say(f"cannot boot: {problem}")
+        return EXIT_FAILED
     with _log_stream(log_file) as stream:
         # Direct mode runs in someone's terminal: warnings and errors reach it too.
         log = file_logger(stream, level, echo=sys.stderr if direct else None)

@@ -7,6 +7,8 @@ reach it through stdin. Only the keys below mean something to the cell.
 from __future__ import annotations
 
 import math
+import os
+import shutil
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -90,16 +92,52 @@ class CodeParams(BaseModel):
 
 
 def check_folder(params: CodeParams, folder: Path | None) -> list[ParamProblem]:
-    """The script file must exist (checked by ``--validate``, not on the first message)."""
+    """What must be there before the first message (checked by ``--validate`` and the boot,
+    so neither starts a colony whose code cells cannot run): the script file, and the
+    interpreter the warm worker is started with."""
+    problems: list[ParamProblem] = []
     file = params.script_file(folder)
     if file is not None and not file.is_file():
         key = "script" if params.script is not None else "script_path"
-        return [
+        problems.append(
             ParamProblem(
                 (key,),
                 "script_missing",
                 f"the script file {file} does not exist",
                 "create it, or fix the path (script is relative to the cell's folder).",
             )
-        ]
-    return []
+        )
+    if params.runner == "python3" and params.interpreter is not None:
+        if not _runnable(params.interpreter):
+            # A forking cell starts its warm worker at boot, which would fail; a spawning
+            # one would fail each message (io_error) but still boot.
+            problems.append(
+                ParamProblem(
+                    ("interpreter",),
+                    "interpreter_missing",
+                    f"the interpreter '{params.interpreter}' is not an executable file "
+                    "(nor a command on PATH)"
+                    + ("" if params.forks else ", so every message of this cell would fail"),
+                    "install it, fix the path, or remove interpreter to use python3 on PATH.",
+                    warning=not params.forks,
+                )
+            )
+    elif params.runner != "python3" and shutil.which(params.runner) is None:
+        problems.append(
+            ParamProblem(
+                ("runner",),
+                "runner_missing",
+                f"'{params.runner}' is not on PATH here, so every message of this cell would "
+                "fail to start",
+                f"install {params.runner} where the daemon runs, or use another runner.",
+                warning=True,
+            )
+        )
+    return problems
+
+
+def _runnable(command: str) -> bool:
+    """Whether ``command`` names an executable file (a path) or a command on PATH."""
+    if os.sep in command:
+        return os.path.isfile(command) and os.access(command, os.X_OK)
+    return shutil.which(command) is not None

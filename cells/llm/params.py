@@ -6,13 +6,12 @@ naming the closest known key, because a misspelt ``max_token`` silently keeps th
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from colony.cell import ParamProblem
+from colony.cell import ParamProblem, ignored_key
 
 DEFAULT_BASE_URLS = {
     "openai": "https://api.openai.com/v1",
@@ -108,20 +107,7 @@ MUTABLE = frozenset(
 
 
 def unknown_keys(params: LlmParams, folder: Path | None) -> list[ParamProblem]:
-    problems: list[ParamProblem] = []
-    for key in params.model_extra or {}:
-        guess = difflib.get_close_matches(key, KNOWN, n=1, cutoff=0.6)
-        hint = f"did you mean '{guess[0]}'? " if guess else ""
-        problems.append(
-            ParamProblem(
-                (key,),
-                "unknown_param",
-                f"the llm cell does not know params.{key}; it is ignored",
-                hint + f"Known params: {', '.join(KNOWN)}.",
-                warning=True,
-            )
-        )
-    return problems
+    return [ignored_key(key, KNOWN) for key in params.model_extra or {}]
 
 
 def overlay(params: LlmParams, update: dict[str, Any]) -> LlmParams:

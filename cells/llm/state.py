@@ -10,6 +10,7 @@ from typing import Any
 
 from cells.llm.system import JsonObject, SystemWrite
 from cells.text import dumps_sorted
+from colony.config import reading
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS system (slot_path TEXT PRIMARY KEY, value TEXT NOT NULL,
@@ -33,14 +34,11 @@ def read_system_seed(file: Path) -> dict[str, JsonObject]:
     """``{"schema": {...}}`` then ``{"slot_path": "identity", "value": {"text": "…"}}`` lines."""
     out: dict[str, JsonObject] = {}
     header = False
-    for number, raw in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
-        line = raw.strip()
-        if not line:
-            continue
-        try:
-            doc = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SeedError(f"line {number}: not JSON ({exc.msg})") from None
+    try:
+        lines = list(reading.jsonl(file))  # a regular file, size-capped, each line checked
+    except reading.ReadProblem as problem:
+        raise SeedError(problem.message) from None
+    for number, doc in lines:
         if not header:
             if not isinstance(doc, dict) or "schema" not in doc:
                 raise SeedError(f'line {number}: the first line must be {{"schema": {{...}}}}')

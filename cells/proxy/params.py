@@ -28,7 +28,8 @@ _TOKEN_CHARS = re.compile(r"^[^\s/?#]+$")
 
 
 class ProxyParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # meclaw's parser skips keys it does not read; the loader warns about each.
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
 
     platform: str = "telegram"
     """The chat platform; only ``telegram`` is implemented."""
@@ -102,7 +103,7 @@ class ProxyParams(BaseModel):
         if not re.match(r"^https?://[^/\s]+", value):
             raise PydanticCustomError(
                 "invalid_base_url",
-                "base_url must be an http:// or https:// URL (got {url!r})",
+                "base_url must be an http:// or https:// URL (got '{url}')",
                 {"url": value},
             )
         return value.rstrip("/")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from colony.cell import ParamProblem
+from colony.config import reading
+from colony.config.schema_errors import shown
 
 ColumnType = Literal["text", "int", "json"]
 SQL_TYPES = {"text": "TEXT", "int": "INTEGER", "json": "TEXT"}
@@ -23,16 +25,17 @@ def identifier_problem(name: Any) -> str | None:
     """Why ``name`` may not name a table or column, or None. Names go into SQL (quoted), so
     only this shape is ever accepted."""
     if not isinstance(name, str) or not _IDENTIFIER.match(name):
-        return f"{name!r} is not an identifier ([A-Za-z_][A-Za-z0-9_]{{0,62}})"
+        return f"{shown(name)} is not an identifier ([A-Za-z_][A-Za-z0-9_]{{0,62}})"
     if name.lower().startswith("sqlite_"):
-        return f"{name!r} starts with sqlite_, which SQLite reserves"
+        return f"{shown(name)} starts with sqlite_, which SQLite reserves"
     if name.lower().endswith("_fts"):
-        return f"{name!r} ends with _fts, which full-text tables reserve"
+        return f"{shown(name)} ends with _fts, which full-text tables reserve"
     return None
 
 
 class StoreParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # meclaw's parser skips keys it does not read; the loader warns about each.
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
 
     schema_: dict[str, dict[str, ColumnType]] = Field(alias="schema")
     """``{table: {column: "text" | "int" | "json"}}``: created on a fresh database; missing
@@ -74,30 +77,27 @@ class SeedError(Exception):
 
 def read_seed(file: Path, columns: Mapping[str, str]) -> list[dict[str, Any]]:
     """Rows of ``seed/<table>.jsonl``: a ``{"schema": {...}}`` header naming every declared
-    column, then one JSON object per line (blank lines skipped)."""
+    column, then one JSON object per line (blank lines skipped). The file must be a regular
+    file of at most :data:`~colony.config.reading.MAX_SEED_BYTES`."""
     rows: list[dict[str, Any]] = []
     header_seen = False
-    for number, raw in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
-        line = raw.strip()
-        if not line:
-            continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SeedError(f"line {number}: not JSON ({exc.msg})") from None
-        if not header_seen:
-            if not isinstance(value, dict) or not isinstance(value.get("schema"), dict):
-                raise SeedError(f'line {number}: the first line must be {{"schema": {{...}}}}')
-            missing = sorted(set(columns) - set(value["schema"]))
-            if missing:
-                raise SeedError(
-                    f"line {number}: the header lacks declared column(s) {', '.join(missing)}"
-                )
-            header_seen = True
-            continue
-        if not isinstance(value, dict):
-            raise SeedError(f"line {number}: a row must be a JSON object")
-        rows.append(value)
+    try:
+        for number, value in reading.jsonl(file):
+            if not header_seen:
+                if not isinstance(value, dict) or not isinstance(value.get("schema"), dict):
+                    raise SeedError(f'line {number}: the first line must be {{"schema": {{...}}}}')
+                missing = sorted(set(columns) - set(value["schema"]))
+                if missing:
+                    raise SeedError(
+                        f"line {number}: the header lacks declared column(s) {', '.join(missing)}"
+                    )
+                header_seen = True
+                continue
+            if not isinstance(value, dict):
+                raise SeedError(f"line {number}: a row must be a JSON object")
+            rows.append(value)
+    except reading.ReadProblem as problem:
+        raise SeedError(problem.message) from None
     if not header_seen:
         raise SeedError('the file is empty; it needs a {"schema": {...}} header line')
     return rows
@@ -110,7 +110,7 @@ def check_folder(params: StoreParams, folder: Path | None) -> list[ParamProblem]
     problems: list[ParamProblem] = []
     for table, columns in params.schema_.items():
         file = folder / "seed" / f"{table}.jsonl"
-        if not file.is_file():
+        if not os.path.lexists(file):
             continue
         try:
             read_seed(file, columns)

@@ -228,7 +228,7 @@ def parse_op(value: Any) -> Op:
 
 
 class TimerParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
 
     query_timeout_ms: Annotated[int, Field(ge=1)] = 5000
     """A cell.db operation running longer is interrupted (``query_timeout``); changeable at

@@ -74,7 +74,7 @@ _REDACTOR = Redactor()
 
 
 class WebFetchParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
 
     external_timeout_ms: Annotated[int, Field(ge=1)] = 30_000
     """Wall clock for the whole fetch: every resolution, hop and the body (``timeout``)."""

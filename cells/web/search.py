@@ -53,7 +53,7 @@ _ERROR_EXCERPT = 500
 
 
 class WebSearchParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
 
     endpoint: str
     """The search URL; ``q=<query>`` is appended to its query string."""

@@ -1,17 +1,20 @@
 """Load a colony tree: every file parsed, every problem reported, nothing written.
 
-``load_tree`` is what both the daemon's boot and ``meclaw --validate`` run. It never stops at
-the first problem: each file is parsed on its own, schema errors, substitution errors,
-expression errors and endpoint warnings are all collected, and a tree is returned only when no
-error was found. It creates, locks and writes nothing.
+``load_tree`` is what both the daemon's boot and ``meclaw --validate`` run, so what one
+refuses the other refuses. It never stops at the first problem: each file is read
+(:mod:`~colony.config.reading`: regular files only, size-capped) and parsed on its own;
+folder problems (:mod:`~colony.config.discovery`), schema errors, substitution errors, params
+checks, expression errors and endpoint warnings are all collected; on a tree that loaded whole,
+required headers no route brings (:mod:`~colony.config.headers`) are added. A tree is returned
+only when no error was found. It creates, locks and writes nothing.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
-import json
 import os
+import unicodedata
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from colony import paths
-from colony.config import discovery
-from colony.config.diagnostics import Diagnostic, Severity, has_errors
+from colony.config import discovery, headers, reading
+from colony.config.diagnostics import Diagnostic, Severity, format_path, has_errors
 from colony.config.jsonpos import Path as JsonPath
 from colony.config.jsonpos import Positions
 from colony.config.models import CellConfig, ColonyConfig, HiveConfig, Modifier
-from colony.config.schema_errors import closest, diagnostics_from, json_type_name
+from colony.config.schema_errors import closest, diagnostics_from, json_type_name, tainted
 from colony.config.substitute import (
     EnvFileError,
     Substituted,
@@ -211,77 +214,66 @@ class _FileDiagnostics:
         return sorted(self.items, key=lambda d: (d.line or 0, d.column or 0))
 
 
-def _relative(root: Path, file: Path) -> str:
-    base = str(root) + os.sep
-    name = str(file)
-    if name.startswith(base) and os.sep == "/":  # the usual case, without pathlib's parsing
-        return name[len(base) :]
-    try:
-        return file.relative_to(root).as_posix()
-    except ValueError:
-        return str(file)
+_relative = discovery.relative
 
 
-def _read_text(file: Path) -> str:
-    """``file.read_text(encoding="utf-8")``, newlines translated the same way, without the
-    text layer it builds for each file (a tenth of loading a 10,000-file tree)."""
-    with open(file, "rb") as stream:
-        text = stream.read().decode("utf-8")
-    if "\r" in text:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return text
+class _Unread:
+    """What :func:`_read_json` returns for a file it could not use (``null`` is a value)."""
+
+
+UNREAD = _Unread()
 
 
 def _read_json(file: Path, out: _FileDiagnostics) -> Any:
-    """The parsed document, or None after reporting why it cannot be read."""
+    """The parsed document, or :data:`UNREAD` after reporting why it cannot be used."""
     try:
-        text = _read_text(file)
-    except UnicodeDecodeError:
-        out.error("invalid_json", "the file is not UTF-8 text", hint="save it as UTF-8 JSON.")
-        return None
-    except OSError as exc:
-        out.error("unreadable_file", f"cannot read the file: {exc.strerror or exc}")
-        return None
-    out.text = text
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
+        data = reading.read_bytes(file, reading.MAX_CONFIG_BYTES)
+        out.text = reading.decode(data)
+        return reading.parse_json(out.text)
+    except FileNotFoundError:
+        out.error(
+            "unreadable_file",
+            "the file disappeared while the tree was read",
+            hint="run again once the tree is no longer being changed.",
+        )
+    except reading.ReadProblem as problem:
         out.add(
             Diagnostic(
                 Severity.ERROR,
-                "invalid_json",
-                f"invalid JSON: {exc.msg}",
+                problem.code,
+                problem.message,
                 out.file,
-                (),
-                "fix the JSON syntax at this line and column.",
-                exc.lineno,
-                exc.colno,
+                problem.path,
+                problem.hint,
+                problem.line,
+                problem.column,
             )
         )
-        return None
+    return UNREAD
 
 
 def load_colony_config(root: Path, out: list[Diagnostic]) -> ColonyConfig | None:
     """``<root>/colony.json``, or the defaults when the file is absent."""
     file = root / "colony.json"
-    if not file.exists():
+    if not os.path.lexists(file):
         return ColonyConfig()
     diags = _FileDiagnostics("colony.json", "")
     raw = _read_json(file, diags)
     config: ColonyConfig | None = None
-    if raw is not None:
-        if not isinstance(raw, dict):
-            diags.error(
-                "wrong_type",
-                f"colony.json must be one JSON object, got {json_type_name(raw)}",
-                hint='write it as {"schema_version": 1, ...}.',
-            )
-        else:
-            try:
-                config = ColonyConfig.model_validate(raw)
-            except ValidationError as exc:
-                for d in diagnostics_from(exc, ColonyConfig, file="colony.json"):
-                    diags.add(d)
+    if raw is UNREAD:
+        pass
+    elif not isinstance(raw, dict):
+        diags.error(
+            "wrong_type",
+            f"colony.json must be one JSON object, got {json_type_name(raw)}",
+            hint='write it as {"schema_version": 1, ...}, or delete the file to use every default.',
+        )
+    else:
+        try:
+            config = ColonyConfig.model_validate(raw)
+        except ValidationError as exc:
+            for d in diagnostics_from(exc, ColonyConfig, file="colony.json"):
+                diags.add(d)
     out.extend(diags.sorted())
     return config
 
@@ -305,6 +297,8 @@ class _TreeLoader:
         self.hives: dict[str, HiveNode] = {}
         self.edges: list[EdgeDecl] = []
         self.endpoints: list[_EndpointRef] = []
+        self.texts: dict[str, str] = {}
+        """Texts of the cells whose contracts require headers (see :meth:`check_headers`)."""
         self.failed = False
         self._resolved: dict[tuple[str, str], str] = {}
 
@@ -313,7 +307,10 @@ class _TreeLoader:
         key = (scope, written)
         found = self._resolved.get(key)
         if found is None:
-            found = self._resolved[key] = paths.resolve(scope, written)
+            # Folder names become path segments in NFC (see discovery); so do the names
+            # an edge writes, or an edge typed on one system misses a folder made on another.
+            normal = written if written.isascii() else unicodedata.normalize("NFC", written)
+            found = self._resolved[key] = paths.resolve(scope, normal)
         return found
 
     # -- one file -------------------------------------------------------------------------
@@ -328,7 +325,7 @@ class _TreeLoader:
 
     def _load_node(self, node: discovery.NodeDir, file: str, out: _FileDiagnostics) -> None:
         raw = _read_json(node.config_file, out)
-        if raw is None:
+        if raw is UNREAD:
             return
         if not isinstance(raw, dict):
             out.error(
@@ -342,6 +339,15 @@ class _TreeLoader:
             message, hint = _substitution_text(problem.code, problem.token)
             out.error(problem.code, message, problem.path, hint)
         doc = result.value
+        for where in sorted(result.substituted_paths, key=str):
+            if not reading.is_text(_at(doc, where)):
+                out.error(
+                    "invalid_unicode",
+                    "the value a ${...} variable gives this string is not valid UTF-8 text "
+                    "(the value is not shown)",
+                    where,
+                    "check the variable's value in the env file or the environment.",
+                )
         broken = {p.path for p in result.problems}
 
         cell = doc.get("cell")
@@ -388,6 +394,31 @@ class _TreeLoader:
                 )
         elif isinstance(parsed, CellConfig):
             self.cells[node.path] = CellNode(node.path, node.folder, file, parsed)
+            contract = parsed.contract
+            if headers.required(contract, "context") or headers.required(contract, "hop"):
+                self.texts[file] = out.text  # to place a header finding at its line
+
+    def check_headers(self) -> None:
+        """Required context and hop keys no route brings (see :mod:`colony.config.headers`)."""
+        cells = {
+            path: headers.Cell(path, node.file, node.config.contract)
+            for path, node in self.cells.items()
+        }
+        edges = [
+            headers.Edge(
+                e.from_path,
+                e.to_path,
+                e.modifier,
+                f"the edge {e.from_path} → {e.to_path} ({e.file} params.graph.edges[{e.index}])",
+            )
+            for e in self.edges
+        ]
+        for finding in headers.check(cells, self.hives, edges):
+            if finding.file is None:
+                continue
+            out = _FileDiagnostics(finding.file, self.texts.get(finding.file, ""))
+            out.add(finding)
+            self.diagnostics.extend(out.items)
 
     def _check_cell_block(
         self, cell: dict[str, Any], out: _FileDiagnostics, substituted: set[JsonPath]
@@ -426,17 +457,26 @@ class _TreeLoader:
     ) -> None:
         for problem in check(params, folder):
             where: JsonPath = ("params", *problem.path)
-            if where in substituted.substituted_paths:
-                out.error(
-                    problem.code,
-                    "the value substituted here from a ${...} variable is not valid for this key",
-                    where,
-                    "check the variable's value.",
+            severity = Severity.WARNING if problem.warning else Severity.ERROR
+            if not problem.about_key and tainted(where, substituted.substituted_paths):
+                # The message may quote the value, and a substituted value may be a secret.
+                out.add(
+                    Diagnostic(
+                        severity,
+                        problem.code,
+                        f"{format_path(where)} is not valid with the value its ${{...}} "
+                        f"variable gives it ({problem.code}); the value is not shown",
+                        out.file,
+                        where,
+                        "check the variable's value in the env file or the environment.",
+                    )
                 )
-            elif problem.warning:
-                out.warning(problem.code, problem.message, where, problem.hint)
             else:
-                out.error(problem.code, problem.message, where, problem.hint)
+                out.add(
+                    Diagnostic(
+                        severity, problem.code, problem.message, out.file, where, problem.hint
+                    )
+                )
 
     def _check_contract(self, doc: dict[str, Any], out: _FileDiagnostics) -> None:
         contract = doc.get("contract")
@@ -523,6 +563,14 @@ class _TreeLoader:
     ) -> None:
         try:
             program = self.engine.compile(source)
+        except (TypeError, ValueError, RecursionError) as exc:  # the engine's own failure
+            out.error(
+                f"{kind}_syntax",
+                f"the {kind} expression cannot be compiled: {type(exc).__name__}",
+                where,
+                "simplify the expression; conditions read only 'context' and 'hop'.",
+            )
+            return
         except ExpressionSyntaxError as exc:
             out.add(
                 Diagnostic(
@@ -601,6 +649,14 @@ class _TreeLoader:
             self.diagnostics.extend(out.items)
 
 
+def _at(doc: Any, where: JsonPath) -> str:
+    """The string at ``where`` in ``doc`` (a path substitution recorded, so it exists)."""
+    node = doc
+    for part in where:
+        node = node[part]
+    return str(node)
+
+
 def _may_substitute(text: str) -> bool:
     """Whether a file's text can hold a ``$`` in any string (written, or escaped ``\\u0024``);
     a file without one is used as parsed, its walk skipped."""
@@ -654,57 +710,117 @@ def load_tree(
                 f"the env file cannot be read: {exc.reason}",
                 _relative(root, env_path),
                 (),
-                "write one KEY=VALUE per line; lines starting with # are comments.",
+                "write one KEY=VALUE per line; lines starting with # are comments."
+                if exc.line is not None
+                else "make it a regular text file of KEY=VALUE lines, or remove it.",
                 exc.line,
-                1,
+                1 if exc.line is not None else None,
             )
         )
     variables = Variables(file_values, environ)
 
     colony = load_colony_config(root, diagnostics)
 
-    candidates = discovery.root_candidates(root)
-    if not candidates:
+    candidates = discovery.root_candidates(root, diagnostics)
+    if len(candidates) != 1:
+        diagnostics.append(_no_single_root(root, candidates))
+        return LoadResult(None, diagnostics)
+    if os.path.lexists(root / discovery.CONFIG_NAME):
         diagnostics.append(
             Diagnostic(
-                Severity.ERROR,
-                "no_root",
-                f"no top-level folder under {root} holds a config.json, so the colony has no "
-                "root node",
+                Severity.WARNING,
+                "root_is_a_node",
+                f"{root} holds a config.json itself, as a node folder does; the colony root "
+                "holds colony.json and one node folder",
                 None,
                 (),
-                'create one folder (e.g. main/) with a config.json such as {"cell": {"type": '
-                '"hive"}}; templates/, blobs/, .staging/ and dot-folders do not count.',
+                f"did you mean --root {_parent(root)}?",
             )
         )
-        return LoadResult(None, diagnostics)
-    if len(candidates) > 1:
-        names = ", ".join(f"{c.name}/" for c in candidates)
-        diagnostics.append(
-            Diagnostic(
-                Severity.ERROR,
-                "multiple_roots",
-                f"{len(candidates)} top-level folders hold a config.json ({names}); a colony "
-                "has exactly one root node",
-                None,
-                (),
-                "keep one root folder and move the others inside it (or under templates/).",
-            )
-        )
-        return LoadResult(None, diagnostics)
 
     root_dir = candidates[0]
     loader = _TreeLoader(
         root, cell_types, variables, engine or default_engine(), param_checks or {}
     )
     with gc_paused():  # every object made here lives as long as the tree
-        nodes = discovery.walk(root_dir)
-        for node in nodes:
+        found = discovery.scan(root_dir, root)
+        diagnostics.extend(found.findings)
+        for node in found.nodes:
             loader.load_node(node)
-        loader.check_endpoints({node.path for node in nodes})
+        loader.check_endpoints({node.path for node in found.nodes})
+        if not has_errors(loader.diagnostics) and not has_errors(diagnostics):
+            # On a tree that loaded whole: a missing node would make findings up.
+            loader.check_headers()
     diagnostics.extend(loader.diagnostics)
 
     if has_errors(diagnostics) or colony is None:
         return LoadResult(None, diagnostics)
     tree = ColonyTree(root, root_dir, colony, loader.cells, loader.hives, loader.edges)
     return LoadResult(tree, diagnostics)
+
+
+def _parent(root: Path) -> str:
+    """The folder above ``root``, written the way ``root`` was (relative stays relative)."""
+    if root.is_absolute():
+        return str(root.parent)
+    return os.path.relpath(os.path.dirname(os.path.abspath(root)))
+
+
+def _is_folder(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:  # a link that loops
+        return False
+
+
+def _colony_roots_below(root: Path) -> list[str]:
+    """Folders directly under ``root`` that are colony roots themselves (for a hint)."""
+    out: list[str] = []
+    try:
+        with os.scandir(root) as entries:
+            folders = sorted(
+                os.path.normpath(e.path)
+                for e in entries
+                if not e.name.startswith(".") and _is_folder(e)
+            )
+    except OSError:
+        return out
+    for folder in folders:
+        if len(discovery.root_candidates(Path(folder))) == 1:
+            out.append(folder)
+    return out
+
+
+def _no_single_root(root: Path, candidates: list[Path]) -> Diagnostic:
+    """No root node, or several: say so, and where the colony root probably is."""
+    hint = ""
+    if os.path.lexists(root / discovery.CONFIG_NAME):
+        hint = f"did you mean --root {_parent(root)}? {root} looks like a node folder. "
+    elif not candidates or len(candidates) > 1:
+        below = _colony_roots_below(root)
+        if len(below) == 1:
+            hint = f"did you mean --root {below[0]}? "
+        elif below:
+            hint = f"did you mean one of --root {', '.join(below[:5])}? "
+    if not candidates:
+        return Diagnostic(
+            Severity.ERROR,
+            "no_root",
+            f"no top-level folder under {root} holds a config.json, so the colony has no root node",
+            None,
+            (),
+            hint + "otherwise create one folder (e.g. main/) with a config.json such as "
+            '{"cell": {"type": "hive"}}; templates/, blobs/, .staging/ and dot-folders do '
+            "not count.",
+        )
+    names = ", ".join(f"{c.name}/" for c in candidates)
+    return Diagnostic(
+        Severity.ERROR,
+        "multiple_roots",
+        f"{len(candidates)} top-level folders hold a config.json ({names}); a colony "
+        "has exactly one root node",
+        None,
+        (),
+        hint + "otherwise keep one root folder and move the others inside it (or under "
+        "templates/).",
+    )

@@ -8,9 +8,10 @@ Pydantic says *what* failed; a user also needs *where* (file, JSON path) and *ho
 from __future__ import annotations
 
 import difflib
+import json
 import types
 import typing
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -51,6 +52,29 @@ _RANGE = {
     "less_than_equal": "at most {le}",
     "less_than": "less than {lt}",
 }
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """A value the way the file wrote it: JSON (``null``, ``true``, ``"text"``), shortened.
+    Python's spelling (``None``, ``'text'``) never reaches a message."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = json_type_name(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_PREFIXES = ("Value error, ", "Assertion failed, ")
+"""What pydantic puts before the message of a validator's ValueError or assert."""
+
+
+def _sentence(error: ErrorDetails) -> str:
+    """Pydantic's message without its prefix (the validator's own words, first line)."""
+    message = error["msg"]
+    for prefix in _PREFIXES:
+        if message.startswith(prefix):
+            message = message[len(prefix) :]
+    return message.split("\n", 1)[0]
 
 
 def json_type_name(value: Any) -> str:
@@ -118,6 +142,14 @@ def allowed_keys(model: type[BaseModel], where: JsonPath) -> list[str]:
     return []
 
 
+def tainted(path: JsonPath, substituted: Collection[JsonPath]) -> bool:
+    """Whether the value at ``path`` holds (or is) a string a ``${VAR}`` filled in."""
+    if not substituted:
+        return False
+    size = len(path)
+    return any(p[:size] == path for p in substituted)
+
+
 def closest(word: str, choices: Iterable[str]) -> str | None:
     """The most similar choice, if any is similar enough to be a plausible typo."""
     matches = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
@@ -153,7 +185,7 @@ def _one(
             path,
             f"add '{key}'.",
         )
-    if path in substituted:
+    if tainted(path, substituted):
         # Never echo a value that came from a variable: it may be a secret.
         return Diagnostic(
             Severity.ERROR,
@@ -177,7 +209,7 @@ def _one(
         return Diagnostic(
             Severity.ERROR,
             "out_of_range",
-            f"must be {bound}, got {value!r}",
+            f"must be {bound}, got {shown(value)}",
             file,
             path,
             f"use a value {bound}.",
@@ -187,13 +219,14 @@ def _one(
         return Diagnostic(
             Severity.ERROR,
             "invalid_value",
-            f"must be one of {expected}, got {value!r}",
+            f"must be one of {expected}, got {shown(value)}",
             file,
             path,
             None,
         )
     # Our own PydanticCustomErrors carry a stable code and a complete sentence.
-    return Diagnostic(Severity.ERROR, kind, error["msg"], file, path, _HINTS.get(kind))
+    code = "invalid_value" if kind in ("value_error", "assertion_error") else kind
+    return Diagnostic(Severity.ERROR, code, _sentence(error), file, path, _HINTS.get(kind))
 
 
 def diagnostics_from(

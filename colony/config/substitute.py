@@ -22,16 +22,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from colony.config import reading
 from colony.config.jsonpos import Path as JsonPath
 
 
 class EnvFileError(Exception):
-    """A line of the ``.env`` file cannot be read."""
+    """The ``.env`` file (or one of its lines) cannot be read."""
 
-    def __init__(self, line: int, reason: str) -> None:
+    def __init__(self, line: int | None, reason: str) -> None:
         self.line = line
+        """None when the problem is the file, not a line."""
         self.reason = reason
-        super().__init__(f"line {line}: {reason}")
+        super().__init__(f"line {line}: {reason}" if line is not None else reason)
 
 
 def parse_env_file(text: str) -> dict[str, str]:
@@ -56,16 +58,15 @@ def parse_env_file(text: str) -> dict[str, str]:
 
 
 def load_env_file(path: Path) -> dict[str, str]:
-    """The variables of ``path``; a file that does not exist holds none."""
+    """The variables of ``path``; a file that does not exist holds none. A path that is not a
+    regular file, or is larger than :data:`~colony.config.reading.MAX_ENV_BYTES`, is an
+    :class:`EnvFileError` (never a hang on a FIFO or an endless read of a device)."""
     try:
-        data = path.read_bytes()
+        text = reading.decode(reading.read_bytes(path, reading.MAX_ENV_BYTES))
     except FileNotFoundError:
         return {}
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise EnvFileError(line, "not UTF-8 text; save the file as UTF-8") from None
+    except reading.ReadProblem as problem:
+        raise EnvFileError(problem.line, problem.message) from None
     return parse_env_file(text)
 
 

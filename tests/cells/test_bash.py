@@ -230,7 +230,7 @@ async def test_a_restricted_sandbox_fails_closed(tmp_path: Path) -> None:
         ({"external_timeout_ms": 0}, "external_timeout_ms", "out_of_range"),
         ({"max_bytes": 0}, "max_bytes", "out_of_range"),
         ({"max_bytes": "1"}, "max_bytes", "wrong_type"),
-        ({"cwd": "/tmp"}, "cwd", "unknown_key"),
+        ({"cwd": "/tmp"}, "cwd", "unknown_param"),
     ],
 )
 def test_bad_params_are_reported_by_validate(params: dict[str, Any], key: str, code: str) -> None:

@@ -290,10 +290,10 @@ PARAM_ERRORS: dict[str, tuple[dict[str, Any], str, str]] = {
         "invalid_identifier",
         "params.schema",
     ),
-    "store unknown param": (
-        cell("store", {"schema": {"t": {"c": "text"}}, "sceham": {}}),
+    "nested unknown key (llm transcript)": (
+        cell("llm", {"model": "m", "transcript": {"stor": "memory"}}),
         "unknown_key",
-        "params.sceham",
+        "params.transcript.stor",
     ),
 }
 
@@ -332,6 +332,22 @@ def test_an_unknown_llm_param_is_a_warning_naming_the_closest_key(make_tree: Tre
     assert meclaw("--root", str(root), "--validate-strict").exit_code == 1
 
 
+def test_meclaws_bash_stand_ins_with_params_command_validate_and_fail_only_under_strict() -> None:
+    # Shaped like meclaw's gh81 remind-lane fixture: bash cells carrying a params.command the
+    # bash cell does not read, and a params.marker filled from .env.
+    root = str(FIXTURES / "trees" / "alarm-lane")
+    plain = meclaw("--root", root, "--validate", "--format", "json")
+    assert plain.exit_code == 0, plain.stdout
+    report = json.loads(plain.stdout)
+    assert {(d["severity"], d["code"]) for d in report["diagnostics"]} == {
+        ("warning", "unknown_param")
+    }
+    assert "params.marker" in {d["path"] for d in report["diagnostics"]}
+    strict = meclaw("--root", root, "--validate-strict")
+    assert strict.exit_code == 1
+    assert "error[unknown_param] at params.marker: 'marker' is not a param" in strict.stderr
+
+
 def test_an_llm_without_a_model_fails_validate(make_tree: TreeFactory) -> None:
     result = meclaw("--root", str(make_tree(with_cell(cell("llm", {"api_key": ""})))), "--validate")
     assert result.exit_code == 1
@@ -354,3 +370,77 @@ def test_a_seeded_tool_the_provider_cannot_carry_fails_validate_naming_tool_and_
     assert "error[tool_unsupported]" in result.stderr
     assert provider in result.stderr
     assert name in result.stderr
+
+
+def test_a_hostile_tree_is_reported_by_the_installed_command_never_an_internal_error(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "hostile"
+    (root / "main/w").mkdir(parents=True)
+    (root / "main/config.json").write_text('{"cell": {"type": "hive"}}')
+    os.mkfifo(root / "main/w/config.json")
+    os.symlink("/dev/zero", root / "colony.json")
+    (root / ".env").mkdir()
+    exe = Path(sys.executable).with_name("meclaw")
+    done = subprocess.run(
+        [str(exe), "--root", str(root), "--validate"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1, done.stderr
+    assert "internal error" not in done.stderr
+    assert "Traceback" not in done.stderr
+    for name in ("main/w/config.json", "colony.json", ".env"):
+        assert f"{name}: error[" in done.stderr
+
+
+def test_a_root_one_level_too_deep_asks_did_you_mean_its_parent(tmp_path: Path) -> None:
+    colony = tmp_path / "colony"
+    shutil.copytree(FIXTURES / "trees" / "nested", colony)
+    result = meclaw("--root", str(colony / "main"), "--validate")
+    assert result.exit_code == 1
+    assert f"did you mean --root {colony}?" in result.stderr
+
+
+def test_a_root_one_level_too_high_asks_did_you_mean_the_colony_below(tmp_path: Path) -> None:
+    colony = tmp_path / "projects" / "colony"
+    shutil.copytree(FIXTURES / "trees" / "nested", colony)
+    (tmp_path / "projects" / "notes").mkdir()
+    result = meclaw("--root", str(tmp_path / "projects"), "--validate")
+    assert result.exit_code == 1
+    assert "error[no_root]" in result.stderr
+    assert f"did you mean --root {colony}?" in result.stderr
+
+
+def test_a_relative_root_gets_a_relative_suggestion(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shutil.copytree(FIXTURES / "trees" / "nested", tmp_path / "colony")
+    monkeypatch.chdir(tmp_path)
+    result = meclaw("--root", "colony/main", "--validate")
+    assert "did you mean --root colony?" in result.stderr
+    result = meclaw("--root", ".", "--validate")
+    assert "did you mean --root colony?" in result.stderr
+
+
+DOCUMENTED_CODES = [
+    *(code for _, code in ERROR_TREES.values()),
+    *(code for _, code in WARNING_TREES.values()),
+    "not_a_file",
+    "file_too_large",
+    "unreadable_file",
+    "invalid_unicode",
+    "invalid_folder_name",
+    "path_collision",
+    "reserved_path",
+    "context_unreachable",
+    "hop_unreachable",
+    "interpreter_missing",
+    "unknown_param",
+    "unreadable_folder",
+    "root_is_a_node",
+    "runner_missing",
+]
+
+
+@pytest.mark.parametrize("code", sorted(set(DOCUMENTED_CODES)))
+def test_every_validate_code_is_documented(code: str) -> None:
+    assert f"`{code}`" in (FIXTURES.parent / "docs" / "validate.md").read_text()

@@ -216,7 +216,7 @@ def test_slack_is_refused_naming_what_is_supported() -> None:
         ({"bot_token": TOKEN, "emit_to": "..", "send_timeout_ms": 0}, "out_of_range"),
         ({"bot_token": TOKEN, "emit_to": "..", "query_timeout_ms": 0}, "out_of_range"),
         ({"bot_token": TOKEN, "emit_to": "..", "base_url": "api.telegram.org"}, "invalid_base_url"),
-        ({"bot_token": TOKEN, "emit_to": "..", "max_concurrency": 2}, "unknown_key"),
+        ({"bot_token": TOKEN, "emit_to": "..", "max_concurrency": 2}, "unknown_param"),
     ],
 )
 def test_bad_params_are_reported_without_quoting_the_token(

@@ -509,7 +509,7 @@ def test_params_and_seeds_are_checked_before_anything_starts() -> None:
     [zero] = problems({"query_timeout_ms": 0})
     assert (zero.path, zero.code) == (("query_timeout_ms",), "out_of_range")
     [unknown] = problems({"tick": 1})
-    assert unknown.code == "unknown_key"
+    assert unknown.code == "unknown_param"
     [bad_cron] = problems({"schedules": [add(cron="61 * * * * *")]})
     assert bad_cron.message == (
         "schedules[0]: cron: invalid expression: second: 61 is outside 0-59"
