@@ -5,7 +5,8 @@ was refused) is an ordinary emission with ``hop.finish_reason: "error"`` and ``h
 Where the cause is written differs by cell type, so the runner's ``cell_error`` log line, the
 direct-mode stderr echo and ``meclaw trace`` all read it through :func:`error_text`:
 
-* ``meta.error`` (the llm cell): ``detail`` plus its other fields (url, status, source, ...);
+* ``meta.error`` (the code and llm cells): ``detail`` plus its short fields (url, status,
+  exit_code, ...); a ``traceback`` there is apart (:func:`error_traceback`);
 * a top-level ``error`` string (the llm cell's loop turns);
 * otherwise the last ``tool`` or ``assistant`` turn's text (code, bash, store, file, web cells).
 """
@@ -17,6 +18,9 @@ from typing import Any
 _TRACEBACK = "Traceback (most recent call last):"
 _MARKERS = ("##meclaw-stderr-start##", "##meclaw-stderr-end##")
 """How the code cell fences a failed script's stderr inside its error text."""
+_APART = frozenset({"detail", "traceback", "source", "exit_code"})
+"""``meta.error`` fields the summary leaves out (the detail leads it and says what was raised;
+a traceback is long)."""
 
 
 def error_code(hop: Any) -> str | None:
@@ -35,7 +39,7 @@ def error_text(body: Any) -> str:
     error = meta.get("error") if isinstance(meta, dict) else None
     if isinstance(error, dict):
         detail = error.get("detail")
-        fields = {k: v for k, v in error.items() if k != "detail" and v is not None}
+        fields = {k: v for k, v in error.items() if k not in _APART and v is not None}
         rest = ", ".join(f"{key}={value}" for key, value in fields.items())
         text = str(detail) if detail is not None else ""
         return f"{text} ({rest})" if text and rest else text or rest
@@ -48,6 +52,15 @@ def error_text(body: Any) -> str:
             if isinstance(said, str) and said:
                 return said
     return ""
+
+
+def error_traceback(body: Any) -> str | None:
+    """The traceback an error emission carries in ``meta.error.traceback`` (a script's), if
+    any: for the log line, never for a one-line summary."""
+    meta = body.get("meta") if isinstance(body, dict) else None
+    error = meta.get("error") if isinstance(meta, dict) else None
+    found = error.get("traceback") if isinstance(error, dict) else None
+    return found if isinstance(found, str) and found else None
 
 
 def one_line(text: str, limit: int = 240) -> str:

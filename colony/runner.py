@@ -36,7 +36,7 @@ from colony.config.models import ColonyConfig
 from colony.contracts import ConsumesGate
 from colony.dead_letters import DeadLetterCode
 from colony.envelope import Envelope, JsonObject, split_content
-from colony.failures import error_code, error_text
+from colony.failures import error_code, error_text, error_traceback
 from colony.mailbox import Mailbox
 from colony.watchdog import WaitGraph
 
@@ -353,6 +353,7 @@ class CellRunner:
                 cell=self.path,
                 error_code=code,
                 error=error_text(body) or "(the emission carries no error text)",
+                traceback=error_traceback(body),
                 trace_id=None if message is None else message.trace_id,
                 message_id=None if message is None else message.id,
             )

@@ -1,7 +1,7 @@
 """Every shell command in README.md, docs/ and the topology READMEs runs as written.
 
 The commands are read from the ```sh blocks of those pages and run with bash in a copy of the
-checkout (its tracked files, modification times kept, with this checkout's ``.venv``), the
+checkout (its tracked files, with this checkout's ``.venv/bin``), the
 ``.venv/bin`` folder first on PATH, as the README tells a newcomer to set up. A command that
 keeps running (a daemon, ``--follow``) must still be running after a while and stop cleanly on
 SIGINT. A command that cannot run here is listed in ``NOT_RUN`` with the reason, so a newly
@@ -92,7 +92,7 @@ def test_the_pages_document_commands_at_all() -> None:
 
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the tracked files (mtimes kept, so make sees .venv as up to date)."""
+    """A copy of the tracked files, with this checkout's programs."""
     dest = tmp_path_factory.mktemp("clone")
     tracked = subprocess.run(
         ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True
@@ -106,7 +106,12 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
             continue
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dest / rel)
-    (dest / ".venv").symlink_to(REPO / ".venv")
+    # The copy runs this checkout's programs (.venv/bin), and its install stamp is newer than
+    # everything, so make never reinstalls: a reinstall from the copy would point the editable
+    # install at a temporary folder.
+    (dest / ".venv").mkdir()
+    (dest / ".venv" / "bin").symlink_to(REPO / ".venv" / "bin")
+    (dest / ".venv" / ".installed").touch()
     return dest
 
 

@@ -42,8 +42,8 @@ async def test_a_script_that_raises_logs_one_error_line_with_its_traceback(
         await colony.settle()
         [error] = colony.logs("cell_error", "error")
         assert (error["cell"], error["error_code"]) == ("/greeter", "script_failed")
-        assert "Traceback (most recent call last)" in error["error"]
-        assert "ValueError: no greeting for Ada" in error["error"]
+        assert error["error"] == "ValueError: no greeting for Ada"
+        assert "Traceback (most recent call last)" in error["traceback"]
         assert error["trace_id"]
         [dead] = colony.logs("dead_lettered", "warning")  # and where it then died
         assert (dead["error_code"], dead["target"]) == ("hive_no_route", "/after")
@@ -116,7 +116,7 @@ def test_in_direct_mode_a_failure_reaches_stderr_as_one_line(make_tree: TreeFact
     assert "Traceback" not in done.stderr  # in log.jsonl, not in the terminal
     assert all(line.startswith("meclaw: ") for line in done.stderr.splitlines())
     logged = [json.loads(line) for line in (root / "log.jsonl").read_text().splitlines()]
-    assert any("Traceback" in str(r.get("error")) for r in logged if r["event"] == "cell_error")
+    assert any("Traceback" in str(r.get("traceback")) for r in logged if r["event"] == "cell_error")
 
 
 async def test_trace_shows_the_error_on_the_failed_hop_and_where_the_dead_letter_died(

@@ -186,22 +186,3 @@ async def test_an_ingress_that_cannot_be_stored_is_refused_not_acknowledged(
         await colony.settle()
         assert [_text(m.body) for m in colony.captured("/sink")] == ["after"]
         assert [d.message_id for d in await colony.dead_letters(UNSTORABLE)] == [message.id]
-
-
-async def test_a_cell_whose_folder_name_is_not_utf8_keeps_its_id_across_a_restart(
-    make_tree: TreeFactory, tmp_path: Path
-) -> None:
-    odd = "/caf\udce9"
-    tree = make_tree(
-        {
-            "main/config.json": hive({"from": ".", "to": "./caf\udce9"}),
-            "main/caf\udce9/config.json": cell("emitter"),
-        }
-    )
-    ids = []
-    for _ in range(2):
-        async with ColonyHarness(
-            tree, cell_types=_emitter_type(), workdir=tmp_path / "w"
-        ) as colony:
-            ids.append(colony.colony.runners[odd].cell_id)
-    assert ids[0] == ids[1]
