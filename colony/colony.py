@@ -40,7 +40,6 @@ from colony.expressions import Engine, default_engine
 from colony.gc_pause import gc_paused
 from colony.ids import uuid7
 from colony.mailbox import ByteGauge, MemoryMailbox
-from colony.paths import is_colony_endpoint
 from colony.persist import health
 from colony.persist.db import ColonyDb, Unit, UnitRejected, read_registry
 from colony.persist.escape import storable_text
@@ -161,21 +160,11 @@ class Colony:
         engine: Engine | None = None,
         log_messages: bool = True,
     ) -> Colony:
-        """Wire a loaded tree into a colony; raises :class:`BootError` listing every problem."""
+        """Wire a loaded tree into a colony. An edge endpoint that names nothing is no
+        refusal (the loader warned about it, as ``--validate`` does): what is routed there is
+        dead-lettered ``unresolved_path``."""
         engine = engine or default_engine()
-        problems: list[str] = []
         edges = EdgeTable((compile_edge(d, engine) for d in tree.edges), engine)
-        known = set(tree.cells) | set(tree.hives) | {e.path for e in extra} | {"/"}
-        for decl in tree.edges:
-            for end in (decl.from_path, decl.to_path):
-                if end not in known and not is_colony_endpoint(end):
-                    problems.append(
-                        f"{decl.file}: edge {decl.index} of {decl.scope} names {end}, which is "
-                        "no cell, hive or /colony endpoint (dangling endpoint)"
-                    )
-        if problems:
-            raise BootError(problems)
-
         colony = cls(
             root=tree.root,
             config=tree.colony,

@@ -1,8 +1,9 @@
 """``meclaw --root DIR``: boot a colony and run it until SIGINT or SIGTERM.
 
-Boot order: take the root lease, load and check the tree (every problem reported), open
-``colony.db``, wire the cells (a dangling edge endpoint refuses the boot), start, wait for a
-signal, then stop the cells and commit the dead letters and the message log.
+Boot order: take the root lease, load and check the tree (every problem reported, and the same
+problems as ``--validate``: its errors refuse the boot, its warnings are said on stderr and
+logged), open ``colony.db``, wire the cells, start, wait for a signal, then stop the cells and
+commit the dead letters and the message log.
 
 The event loop is uvloop's when it imports (the ``uvloop`` extra), asyncio's own otherwise: the
 router, the journal hand-offs and the cell processes' pipes are all loop callbacks, and uvloop
@@ -123,6 +124,15 @@ async def run(
             log.error("boot_failed", problems=[str(exc)])
             await close_shared_resources()
             return EXIT_FAILED
+        for warning in result.diagnostics:  # said on stderr above; kept in the log too
+            log.warning(
+                "config_warning",
+                code=warning.code,
+                file=warning.file,
+                key=warning.pointer if warning.path else None,
+                detail=warning.message,
+                fix=warning.hint,
+            )
         try:
             try:
                 colony = Colony.from_tree(tree, types, db=db, log=log)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from colony.persist.db import read_dead_letters
 from tests.conftest import TreeFactory, cell, hive
 
 MECLAW = str(Path(sys.executable).with_name("meclaw"))
@@ -99,13 +100,22 @@ def test_a_second_daemon_on_the_same_root_is_refused(make_tree: TreeFactory) -> 
             first.wait(timeout=20)
 
 
-def test_a_dangling_endpoint_refuses_the_boot_with_exit_1(make_tree: TreeFactory) -> None:
+def test_a_dangling_endpoint_boots_with_the_warning_validate_gives_and_dead_letters_its_traffic(
+    make_tree: TreeFactory,
+) -> None:
+    # --validate warns and exits 0 (as meclaw does), so boot must not refuse what it passed.
     root = make_tree({"main/config.json": hive({"from": ".", "to": "/sink"})})
-    done = subprocess.run([MECLAW, "--root", str(root)], capture_output=True, text=True, timeout=30)
-    assert done.returncode == 1
-    assert "dangling endpoint" in done.stderr
+    done = subprocess.run(
+        [MECLAW, "--root", str(root)], input="hello\n", capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    assert "warning[dangling_endpoint]" in done.stderr
     assert "/sink" in done.stderr
     assert "Traceback" not in done.stderr
+    [letter] = read_dead_letters(root / "colony.db")
+    assert (letter.error_code, letter.resolved_target) == ("unresolved_path", "/sink")
+    logged = [json.loads(line) for line in (root / "log.jsonl").read_text().splitlines()]
+    assert [e["code"] for e in logged if e["event"] == "config_warning"] == ["dangling_endpoint"]
 
 
 def test_an_invalid_tree_is_reported_and_nothing_starts(make_tree: TreeFactory) -> None:

@@ -438,9 +438,33 @@ DOCUMENTED_CODES = [
     "unreadable_folder",
     "root_is_a_node",
     "runner_missing",
+    "colony_db_unusable",
 ]
 
 
 @pytest.mark.parametrize("code", sorted(set(DOCUMENTED_CODES)))
 def test_every_validate_code_is_documented(code: str) -> None:
     assert f"`{code}`" in (FIXTURES.parent / "docs" / "validate.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "content", [b"this is not a database at all" * 10, b"SQLite format 3\x00" + b"\x01" * 50]
+)
+def test_validate_reports_a_colony_db_the_boot_would_refuse_and_writes_nothing(
+    make_tree: TreeFactory, content: bytes
+) -> None:
+    root = make_tree({"main/config.json": hive()})
+    (root / "colony.db").write_bytes(content)
+    before = sorted(p.name for p in root.iterdir())
+    checked = meclaw("--root", str(root), "--validate")
+    assert checked.exit_code == 1
+    assert "error[colony_db_unusable]" in checked.stderr
+    assert "colony.db" in checked.stderr
+    assert sorted(p.name for p in root.iterdir()) == before  # validate wrote nothing
+    exe = str(Path(sys.executable).with_name("meclaw"))
+    booted = subprocess.run(
+        [exe, "--root", str(root), "--daemon"], capture_output=True, text=True, timeout=30
+    )
+    assert booted.returncode == 1
+    assert "cannot boot" in booted.stderr and "colony.db" in booted.stderr
+    assert "Traceback" not in checked.stderr + booted.stderr
