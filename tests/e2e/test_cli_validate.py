@@ -466,5 +466,6 @@ def test_validate_reports_a_colony_db_the_boot_would_refuse_and_writes_nothing(
         [exe, "--root", str(root), "--daemon"], capture_output=True, text=True, timeout=30
     )
     assert booted.returncode == 1
-    assert "cannot boot" in booted.stderr and "colony.db" in booted.stderr
+    assert "cannot boot" in booted.stderr
+    assert "colony.db" in booted.stderr
     assert "Traceback" not in checked.stderr + booted.stderr
