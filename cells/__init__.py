@@ -7,6 +7,7 @@ already, so a tree that uses them validates today.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +57,10 @@ async def close_shared_resources() -> None:
 
 async def prepare(cells: Iterable[tuple[str, Any]]) -> None:
     """Start what cells share before the daemon starts its own threads: the warm worker
-    every forking python3 ``code`` cell uses. ``cells`` are ``(type, params)`` pairs.
+    every forking python3 ``code`` cell uses, and the one that starts the processes of
+    ``bash`` cells and spawning ``code`` cells. Starting the first of them seals the daemon
+    (its start-up environment zeroed, see ``cells.code.isolation``), which is best done while
+    the daemon has no other thread. ``cells`` are ``(type, params)`` pairs.
 
     Raises :class:`~colony.colony.BootError` when a worker cannot start (the loader has
     already refused an interpreter that does not exist; this is one that is not Python)."""
@@ -67,11 +71,14 @@ async def prepare(cells: Iterable[tuple[str, Any]]) -> None:
 
     interpreters: set[str] = set()
     for cell_type, params in cells:
+        if cell_type == "bash":
+            interpreters.add(sys.executable)
         if cell_type != "code":
             continue
         parsed = CodeParams.model_validate({} if params is None else params)
-        if parsed.forks:
-            interpreters.add(parsed.interpreter or default_interpreter())
+        interpreters.add(
+            (parsed.interpreter or default_interpreter()) if parsed.forks else sys.executable
+        )
     for interpreter in sorted(interpreters):
         try:
             await shared_zygote(interpreter).start()
