@@ -41,7 +41,7 @@ from colony.gc_pause import gc_paused
 from colony.ids import uuid7
 from colony.mailbox import ByteGauge, MemoryMailbox
 from colony.persist import health
-from colony.persist.db import ColonyDb, Unit, UnitRejected, read_registry
+from colony.persist.db import ColonyDb, RegistryRow, Unit, UnitRejected, read_registry
 from colony.persist.escape import storable_text
 from colony.persist.journal import CellBacklog, JournalSnapshot
 from colony.queries import ANSWERING_ENDPOINTS
@@ -177,8 +177,7 @@ class Colony:
         activity = active_cells(
             list(tree.cells), tree.hives, ((d.from_path, d.to_path) for d in tree.edges)
         )
-        registry = read_registry(db.path)
-        known_ids = {path: row.cell_id for path, row in registry.items()}
+        registry = read_registry(db.path)  # ids kept across boots, and who failed before
         for node in tree.cells.values():
             spec = CellSpec(
                 path=node.path,
@@ -190,7 +189,7 @@ class Colony:
                 colony=tree.colony,
                 log=log.bind(cell=node.path),
             )
-            colony._add(spec, cell_types[node.type], activity[node.path], known_ids)
+            colony._add(spec, cell_types[node.type], activity[node.path], registry)
         for cell in extra:
             spec = CellSpec(
                 path=cell.path,
@@ -202,17 +201,13 @@ class Colony:
                 colony=tree.colony,
                 log=log.bind(cell=cell.path),
             )
-            colony._add(spec, cell.cell_type, True, known_ids)
-        for path, row in registry.items():
-            runner = colony.runners.get(path)
-            if row.status == "failed" and runner is not None:  # failed in an earlier run
-                runner.fail_at_boot()
-                colony.status_changed(runner)
+            colony._add(spec, cell.cell_type, True, registry)
         return colony
 
     def _add(
-        self, spec: CellSpec, cell_type: CellType, active: bool, ids: Mapping[str, str]
+        self, spec: CellSpec, cell_type: CellType, active: bool, registry: Mapping[str, RegistryRow]
     ) -> None:
+        row = registry.get(storable_text(spec.path))  # as the registry stores the path
         capacity = spec.cell.mailbox_size or self.config.mailbox_default_capacity
         mailbox = MemoryMailbox(
             capacity, max_bytes=self.config.mailbox_max_bytes or None, gauge=self.queued
@@ -222,9 +217,11 @@ class Colony:
             spec,
             cell_type,
             mailbox,
-            cell_id=ids.get(storable_text(spec.path)) or uuid7(),  # as the registry stores it
+            cell_id=row.cell_id if row is not None else uuid7(),
             active=active,
         )
+        if row is not None and row.status == "failed":  # failed in an earlier run: stays so
+            runner.fail_at_boot()
         self.runners[spec.path] = runner
         self.db.set_registry(spec.path, runner.cell_id, cell_type.name, _status(runner))
 
