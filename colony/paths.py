@@ -8,13 +8,17 @@ shell-like rules:
 * ``x``, ``./x`` are children of the sender; ``.`` and ``""`` are the sender itself;
 * ``..`` steps to the parent, and stepping above ``/`` stays at ``/`` (a colony has
   nothing above its root, so clamping is safer than failing mid-route);
-* empty segments (``//``), ``.`` segments and a trailing ``/`` are dropped.
+* empty segments (``//``), ``.`` segments and a trailing ``/`` are dropped;
+* names compare in Unicode NFC, as the loader turns folder names into paths: a target written
+  in NFD (as macOS spells ``café``) reaches the same cell.
 
 Resolution is pure string work that never raises: it runs once per routed message,
 so it avoids regexes and :mod:`pathlib` and keeps an already-normal path cheap.
 """
 
 from __future__ import annotations
+
+import unicodedata
 
 __all__ = [
     "COLONY_ENDPOINT",
@@ -58,6 +62,8 @@ def _is_normal(path: str) -> bool:
 
 def normalise(path: str) -> str:
     """Canonical absolute form of ``path``; a relative ``path`` is taken from the root."""
+    if not path.isascii():
+        path = unicodedata.normalize("NFC", path)
     if _is_normal(path):
         return path
     stack: list[str] = []
@@ -72,6 +78,8 @@ def is_absolute(path: str) -> bool:
 
 def resolve(sender: str, target: str) -> str:
     """Absolute, normalised path of ``target`` as named by the cell at ``sender``."""
+    if not target.isascii():
+        target = unicodedata.normalize("NFC", target)
     if target.startswith("/"):
         return normalise(target)
     if target in ("", "."):

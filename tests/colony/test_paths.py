@@ -151,3 +151,10 @@ def test_parent_is_a_normal_path_one_level_up(sender: str) -> None:
     up = parent(sender)
     assert_normal(up)
     assert up == resolve(sender, "..")
+
+
+def test_a_target_spelt_in_nfd_resolves_to_the_nfc_path_the_loader_gives_its_folder() -> None:
+    nfd, nfc = "cafe\u0301", "caf\u00e9"
+    assert resolve("/main", f"./{nfd}") == f"/main/{nfc}"
+    assert resolve("/", f"/tools/{nfd}") == f"/tools/{nfc}"
+    assert normalise(f"/{nfd}/x") == f"/{nfc}/x"
