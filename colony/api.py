@@ -328,8 +328,9 @@ def build_app(
     limits: ServerLimits | None = None,
 ) -> web.Application:
     """The aiohttp application; ``extra_routes`` come from the composition root (e.g. the llm
-    cell's ``POST /llm/chat``), since the kernel never imports cells."""
-    limits = limits or ServerLimits()
+    cell's ``POST /llm/chat``), since the kernel never imports cells. ``limits`` default to
+    what the colony's ``colony.json`` sets."""
+    limits = limits or ServerLimits.of(colony.config)
     connections = Connections(limits, colony.log)
     in_flight = InFlight(limits.max_inflight_bytes)
 

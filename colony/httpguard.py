@@ -30,6 +30,8 @@ from typing import Any
 
 from aiohttp import web
 
+from colony.config.models import ColonyConfig
+
 ACCEPT_LOG_EVERY_S = 10.0
 """A failed ``accept()`` (out of descriptors) is logged at most this often, with a count."""
 ACCEPT_RETRY_S = 0.1
@@ -70,6 +72,17 @@ class ServerLimits:
     large posts at once, or thousands of small ones)."""
     retry_after_s: int = 1
     """What ``Retry-After`` says when the API itself sheds load."""
+
+    @classmethod
+    def of(cls, config: ColonyConfig) -> ServerLimits:
+        """The bounds ``colony.json`` sets (its ``api_*`` keys), the rest at their defaults."""
+        connections = config.api_max_connections
+        return cls(
+            header_timeout_s=config.api_header_timeout_ms / 1000,
+            body_timeout_s=config.api_body_timeout_ms / 1000,
+            max_inflight_bytes=config.api_inflight_max_bytes,
+            **({} if connections is None else {"max_connections": connections}),
+        )
 
 
 class InFlight:

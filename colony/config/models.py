@@ -94,6 +94,16 @@ class ColonyConfig(BaseModel):
     queued_max_bytes: U64 = 256 * 2**20
     """Bytes (as JSON) all mailboxes together hold before ingress is refused with 429 and
     ``Retry-After``. 0 turns the bound off."""
+    api_inflight_max_bytes: Annotated[int, Field(ge=1, le=2**62)] = 64 * 2**20
+    """Request bodies the HTTP API holds at once; past it a request is answered 429 with
+    ``Retry-After``."""
+    api_max_connections: Annotated[int, Field(ge=1, le=2**20)] | None = None
+    """Open HTTP connections at once; more are answered 503 and closed. Default: a quarter
+    of the process's file-descriptor limit, between 16 and 1024."""
+    api_header_timeout_ms: Annotated[int, Field(ge=1, le=2**32 - 1)] = 10_000
+    """A request's head must arrive within this (also the keep-alive idle limit)."""
+    api_body_timeout_ms: Annotated[int, Field(ge=1, le=2**32 - 1)] = 30_000
+    """A request's body must arrive within this (408 otherwise)."""
 
     @field_validator("schema_version")
     @classmethod

@@ -159,3 +159,28 @@ def test_at_the_fd_limit_stderr_does_not_flood(make_tree: TreeFactory) -> None:
         sock.close()
     lines = err.decode(errors="replace").splitlines()
     assert len(lines) < 10, "\n".join(lines[:40])
+
+
+async def test_colony_json_sets_the_api_bounds(make_tree: TreeFactory) -> None:
+    tree = make_tree(
+        {
+            "colony.json": {"api_header_timeout_ms": 300, "api_max_connections": 1},
+            "main/config.json": hive(),
+        }
+    )
+    async with ColonyHarness(tree) as colony:
+        runner = await serve(build_app(colony.colony), "127.0.0.1", 0)
+        try:
+            port = runner.addresses[0][1]
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            second_reader, second = await asyncio.open_connection("127.0.0.1", port)
+            async with asyncio.timeout(10):
+                refused = await second_reader.read()  # one connection at most
+                answer, took = await closed_by_server(reader, writer, b"GET / HTTP/1.1\r\n" * 40)
+            assert refused.startswith(b"HTTP/1.1 503")
+            assert answer == b""
+            assert took < 5  # the head timeout of 0.3 s, not the default 10 s
+            writer.close()
+            second.close()
+        finally:
+            await runner.cleanup()
