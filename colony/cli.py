@@ -199,8 +199,12 @@ def run(
         raise _usage_error(f"--root {root}: no such folder")
     if not root.is_dir():
         raise _usage_error(f"--root {root}: not a folder")
-    if env is not None and not env.is_file():
+    if env is not None and not env.exists():
         raise _usage_error(f"--env {env}: no such file")
+    if env is not None and not env.is_file():
+        raise _usage_error(
+            f"--env {env}: not a regular file (a folder, FIFO or device); name the env file itself"
+        )
 
     if do_validate or validate_strict:
         diagnostics = validate(

@@ -200,6 +200,17 @@ def test_an_env_file_that_does_not_exist_is_a_usage_error(make_tree: TreeFactory
     assert result.exit_code == 2
 
 
+def test_an_env_path_that_is_a_folder_or_fifo_is_named_as_not_a_regular_file(
+    make_tree: TreeFactory,
+) -> None:
+    root = make_tree({"main/config.json": hive()})
+    os.mkfifo(root / "pipe.env")
+    for env in (root / "main", root / "pipe.env"):
+        result = meclaw("--root", str(root), "--validate", "--env", str(env))
+        assert result.exit_code == 2
+        assert "not a regular file" in result.stderr
+
+
 @pytest.mark.parametrize("args", [["--bogus"], ["--validate", "--format", "xml"]])
 def test_unknown_flags_and_values_are_usage_errors(make_tree: TreeFactory, args: list[str]) -> None:
     root = make_tree({"main/config.json": hive()})
