@@ -16,10 +16,12 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import httpx
 import pytest
@@ -42,7 +44,9 @@ NOT_RUN: dict[str, str] = {
 
 LONG_RUNNING = re.compile(r"--follow\b|--daemon\b|--api\b")
 """Commands that run until stopped: they must be running after ``SETTLE_S`` seconds."""
-SETTLE_S = 2.0
+SETTLE_S = 1.5
+READY = "colony running"
+"""What the daemon says on stderr once it serves."""
 PLACEHOLDERS = ("<id>", "<trace-id>")
 """What a page writes for a dead letter's number and a trace id: filled in from a running
 colony (the ``live`` fixture) that holds one of each."""
@@ -145,13 +149,29 @@ def _run(command: str, cwd: Path) -> tuple[str, str]:
             text=True,
             start_new_session=True,
         )
+        # A daemon says "colony running" once it serves; --follow says nothing: it must
+        # simply still be running after SETTLE_S.
+        assert proc.stderr is not None
+        said: list[str] = []
+        ready = threading.Event()
+
+        def watch(stream: IO[str]) -> None:
+            for line in stream:
+                said.append(line)
+                if READY in line:
+                    ready.set()
+
+        watcher = threading.Thread(target=watch, args=(proc.stderr,), daemon=True)
+        watcher.start()
         deadline = time.monotonic() + SETTLE_S
-        while time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
+        while time.monotonic() < deadline and proc.poll() is None and not ready.is_set():
+            time.sleep(0.02)
         still_running = proc.poll() is None
         if still_running:
             os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        out = proc.communicate(timeout=30)[0]
+        watcher.join(timeout=10)
+        err = "".join(said)
         assert still_running, f"{command} ended by itself (exit {proc.returncode}): {err}"
         assert proc.returncode in (0, -signal.SIGINT, 130), f"exit {proc.returncode}\n{err}"
         return out, err
