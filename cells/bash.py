@@ -31,10 +31,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from cells.code.isolation import job_environment, remove_directory, working_directory
 from cells.code.process import DEFAULT_MAX_PROCESSES, Limits, ProcessError, run_spawned
 from cells.redact import Redactor, looks_secret_key
-from cells.strict_json import JsonTextError, loads
 from cells.text import cut_visibly, utf8_len
 from colony.cell import CellClass, CellSpec, CellType, Emission, ParamProblem, pydantic_check
 from colony.envelope import Envelope, JsonObject
+from colony.jsonwire import JsonRefused, loads
 
 __all__ = [
     "BASH",
@@ -89,8 +89,8 @@ def parse_tool_call(body: Any) -> tuple[JsonObject, str | None]:
         raise ToolCallError("the tool_call turn has no text (its JSON arguments)", call_id)
     try:
         args = loads(text)
-    except JsonTextError as exc:
-        raise ToolCallError(f"tool_call text is not valid JSON: {exc}", call_id) from None
+    except JsonRefused as exc:
+        raise ToolCallError(f"tool_call text is not valid JSON: {exc.problem}", call_id) from None
     if not isinstance(args, dict):
         raise ToolCallError("tool_call text must be a JSON object of arguments", call_id)
     return args, call_id

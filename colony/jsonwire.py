@@ -1,15 +1,18 @@
-"""JSON at the HTTP boundary: strict on the way in, standard on the way out.
+"""JSON from outside the daemon: strict on the way in, standard on the way out.
 
-What enters the colony must be something ``colony.db`` can store and every reader can parse
-back, so an ingress body is refused (never stored, never half-accepted) when it is not UTF-8,
-holds a lone surrogate (``"\\ud800"``, which UTF-8 cannot encode), holds ``NaN`` or
-``Infinity`` (or a number too large for a double, which Python would read as infinity), or
-nests deeper than :data:`MAX_DEPTH` levels: 128 is serde_json's limit, so meclaw refuses the
-same documents.
+Every JSON text the daemon did not write itself is read here: an HTTP or stdio ingress, a
+``config.json``, a script's stdout, a tool call's arguments, a provider's answer. Python's
+``json.loads`` takes more than JSON and fails in ways a caller cannot type: ``NaN`` and
+``Infinity`` parse (and would later be written back as non-standard JSON), ``1e400`` becomes
+infinity, a ``"\\ud800"`` escape yields a string that neither UTF-8 nor SQLite can hold,
+``[`` x 100,000 raises ``RecursionError`` and an integer of 5,000 digits a bare ``ValueError``.
+:func:`loads` refuses each with one exception, :class:`JsonRefused`, which says what is wrong
+and where (line and column of the text, or the JSON path of the value), so each caller turns
+it into its own typed error. The limits are those of meclaw's parser (serde_json): no
+constants, no lone surrogates, at most :data:`MAX_DEPTH` levels of nesting.
 
 On the way out, :func:`dumps` writes standard JSON only: a non-finite float that reached a body
-anyway (a cell written in Python may emit one) is written as ``null``, never as the bare
-``NaN`` that strict parsers reject.
+anyway (a cell written in Python may emit one) is written as ``null``.
 """
 
 from __future__ import annotations
@@ -17,92 +20,172 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import Any, Literal
+
+__all__ = ["MAX_DEPTH", "JsonRefused", "dumps", "loads"]
 
 MAX_DEPTH = 128
-"""Deepest nesting of arrays and objects an ingress body may have (serde_json's default)."""
+"""Deepest nesting of arrays and objects accepted (serde_json's default recursion limit)."""
+
+Kind = Literal["encoding", "syntax", "number", "depth", "unicode"]
+JsonPath = tuple[str | int, ...]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_LONG_NUMBER = re.compile(r"-?\d{4000,}")
 
 
 class JsonRefused(ValueError):
-    """An ingress body that is not acceptable JSON; ``detail`` says where and why."""
+    """A JSON text that is not acceptable; ``detail`` says what and where, for a person."""
 
-    def __init__(self, detail: str) -> None:
+    def __init__(
+        self,
+        detail: str,
+        *,
+        kind: Kind,
+        reason: str,
+        problem: str,
+        line: int | None = None,
+        column: int | None = None,
+        path: JsonPath | None = None,
+    ) -> None:
         super().__init__(detail)
         self.detail = detail
+        self.kind = kind
+        """``encoding`` (not UTF-8), ``syntax``, ``number`` (NaN, Infinity, too large, too
+        many digits), ``depth`` or ``unicode`` (a lone surrogate)."""
+        self.reason = reason
+        """What is wrong, in a phrase of its own (``NaN is not a JSON value …``)."""
+        self.problem = problem
+        """:attr:`reason` with the line and column where known: what a caller that names the
+        document itself puts after its own words."""
+        self.line = line
+        self.column = column
+        self.path = path
+        """Where in the value, for a problem found after parsing (``unicode``)."""
 
 
-def _constant(name: str) -> Any:
-    raise JsonRefused(
-        f"the body holds {name}, which is not JSON (RFC 8259 has no NaN or Infinity); "
-        "send a number, a string or null"
-    )
+class _Constant(ValueError):
+    def __init__(self, token: str, reason: str) -> None:
+        super().__init__(reason)
+        self.token = token
+        self.reason = reason
 
 
-def loads(raw: bytes, what: str = "the body") -> Any:
-    """Parse an ingress body, or raise :class:`JsonRefused`."""
+def _no_constant(token: str) -> Any:
+    raise _Constant(token, f"{token} is not a JSON value (JSON has no NaN or Infinity)")
+
+
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if math.isinf(value):
+        raise _Constant(token, f"the number {token[:20]} is too large for a double")
+    return value
+
+
+def _position(text: str, index: int) -> tuple[int, int]:
+    line = text.count("\n", 0, index) + 1
+    return line, index - (text.rfind("\n", 0, index) + 1) + 1
+
+
+def loads(raw: bytes | str, what: str = "the body") -> Any:
+    """``raw`` parsed as standard JSON, or :class:`JsonRefused` naming ``what`` was read."""
+
+    def refused(
+        kind: Kind,
+        reason: str,
+        at: int | None = None,
+        path: JsonPath | None = None,
+    ) -> JsonRefused:
+        line, column = _position(text, at) if at is not None and at >= 0 else (None, None)
+        where = f" (line {line}, column {column})" if line is not None else ""
+        return JsonRefused(
+            f"{what} is not standard JSON: {reason}{where}",
+            kind=kind,
+            reason=reason,
+            problem=reason + where,
+            line=line,
+            column=column,
+            path=path,
+        )
+
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            text = raw[: exc.start].decode("utf-8", "replace")
+            raise refused(
+                "encoding", f"not UTF-8 (invalid byte at offset {exc.start})", len(text)
+            ) from None
+    else:
+        text = raw
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise JsonRefused(f"{what} is not UTF-8 (invalid byte at offset {exc.start})") from None
-    try:
-        doc = json.loads(text, parse_constant=_constant)
+        value = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
+    except _Constant as exc:
+        raise refused("number", exc.reason, text.find(exc.token)) from None
+    except json.JSONDecodeError as exc:
+        raise refused("syntax", exc.msg, exc.pos) from None
     except RecursionError:
-        raise JsonRefused(f"{what} nests deeper than {MAX_DEPTH} levels") from None
-    except JsonRefused:
-        raise
-    except ValueError as exc:
-        raise JsonRefused(f"{what} is not JSON: {exc}") from None
-    problem = value_problem(doc)
-    if problem is not None:
-        raise JsonRefused(f"{what}{problem}")
-    return doc
+        raise refused("depth", f"nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError:  # an integer with more digits than int() converts
+        found = _LONG_NUMBER.search(text)
+        raise refused(
+            "number",
+            "a number has more than 4,300 digits (quote it as a string)",
+            found.start() if found else None,
+        ) from None
+    # Cheap guards first: a text with fewer brackets than the limit cannot nest past it, and a
+    # lone surrogate can only come from a \ud800-\udfff escape (or, in a str that was never
+    # UTF-8, from the text itself).
+    deep = text.count("[") + text.count("{") > MAX_DEPTH
+    odd = _SURROGATE_ESCAPE.search(text) is not None or (
+        not text.isascii() and _SURROGATE.search(text) is not None
+    )
+    if deep or odd:
+        problem = _walk(value)
+        if problem is not None:
+            kind, reason, path = problem
+            raise refused(kind, reason, path=path)
+    return value
 
 
-def _scalar_problem(value: Any) -> str | None:
-    if isinstance(value, str):
-        if not value.isascii() and _SURROGATE.search(value):
-            return (
-                "holds a lone surrogate, which is not valid Unicode; send the character "
-                "itself or a valid surrogate pair"
-            )
-    elif isinstance(value, float) and not math.isfinite(value):
-        return "holds a number too large for a double; send it as a string"
-    return None
+def _escaped(text: str) -> str:
+    found = _SURROGATE.search(text)
+    return f"\\u{ord(found.group()):04x}" if found else ""
 
 
-def _at(where: str, key: Any, in_object: bool) -> str:
-    if in_object:
-        return f"{where}.{key}" if where else str(key)
-    return f"{where}[{key}]"
+def _spelled(path: JsonPath) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "the top"
 
 
-def value_problem(doc: Any) -> str | None:
-    """Why a parsed JSON value cannot enter the colony (``" at <where> …"``), or None.
-
-    Iterative, so a deep document costs no Python stack (that is how the depth is bounded),
-    and a location is spelled out only for containers and for the value at fault."""
-    problem = _scalar_problem(doc)
-    if problem is not None:
-        return f" {problem}"
-    stack: list[tuple[Any, int, str]] = []
-    if isinstance(doc, dict | list):
-        stack.append((doc, 1, ""))
+def _walk(value: Any) -> tuple[Kind, str, JsonPath] | None:
+    """The first nesting past :data:`MAX_DEPTH` or lone surrogate in ``value``. Iterative, so
+    a deep value costs no Python stack."""
+    stack: list[tuple[Any, int, JsonPath]] = [(value, 0, ())]
     while stack:
-        value, depth, where = stack.pop()
-        if depth > MAX_DEPTH:
-            return f" nests deeper than {MAX_DEPTH} levels"
-        in_object = isinstance(value, dict)
-        for key, item in value.items() if in_object else enumerate(value):
-            if in_object and isinstance(key, str) and _SURROGATE.search(key):
-                return f" at {where or 'the top'} has a key that {_scalar_problem(key)}"
-            if isinstance(item, dict | list):
-                stack.append((item, depth + 1, _at(where, key, in_object)))
-            elif isinstance(item, str | float):
-                problem = _scalar_problem(item)
-                if problem is not None:
-                    return f" at {_at(where, key, in_object)} {problem}"
+        node, depth, path = stack.pop()
+        if isinstance(node, str):
+            if not node.isascii() and _SURROGATE.search(node):
+                reason = f"lone surrogate {_escaped(node)} at {_spelled(path)}, "
+                return "unicode", reason + "which is not valid Unicode", path
+        elif isinstance(node, dict | list):
+            if depth + 1 > MAX_DEPTH:
+                return "depth", f"nested deeper than {MAX_DEPTH} levels", path
+            if isinstance(node, dict):
+                for key, child in node.items():
+                    if not key.isascii() and _SURROGATE.search(key):
+                        reason = f"holds a lone surrogate {_escaped(key)} in a key at "
+                        return (
+                            "unicode",
+                            reason + f"{_spelled(path)}, which is not valid Unicode",
+                            path,
+                        )
+                    stack.append((child, depth + 1, (*path, key)))
+            else:
+                stack.extend((child, depth + 1, (*path, i)) for i, child in enumerate(node))
     return None
 
 

@@ -12,7 +12,7 @@ serialised with sorted keys and compact separators, as meclaw does. Stdout is on
 an object (one emission), an array of objects (one emission each; ``[]`` emits nothing), and
 each object's ``header`` (if any) must be an object. It must be standard JSON, as meclaw's
 parser reads it: ``NaN``/``Infinity``, a lone surrogate escape (``"\\ud800"``) or nesting deeper
-than 128 levels is ``invalid_json`` naming the problem (see :mod:`cells.strict_json`).
+than 128 levels is ``invalid_json`` naming the problem (see :mod:`colony.jsonwire`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from cells.strict_json import JsonTextError, loads
 from colony.envelope import Envelope, JsonObject
+from colony.jsonwire import JsonRefused, loads
 
 _SECRET_KEYS = frozenset({"api_key", "auth", "auth_ref", "token", "secret", "password"})
 _SECRET_SUFFIXES = ("_key", "_token", "_secret", "_password")
@@ -78,9 +78,9 @@ class WireError(Exception):
 def parse_stdout(stdout: bytes) -> list[JsonObject]:
     """The contents a script printed, or :class:`WireError`."""
     try:
-        value = loads(stdout.decode("utf-8", "replace"))
-    except JsonTextError as exc:
-        raise WireError(f"invalid_json: {exc}") from None
+        value = loads(stdout)
+    except JsonRefused as exc:
+        raise WireError(f"invalid_json: {exc.problem}") from None
     items = value if isinstance(value, list) else [value] if isinstance(value, dict) else None
     if items is None:
         raise WireError("invalid_json: top-level must be Object or Array")

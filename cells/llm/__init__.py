@@ -10,8 +10,8 @@ from cells.llm.dialects import dialect_for
 from cells.llm.dialects.base import TranslateError, tool_from_leaf
 from cells.llm.params import LlmParams, backstop_floor_ms, unknown_keys
 from cells.llm.state import SeedError, read_system_seed
-from cells.strict_json import loads
 from colony.cell import CellClass, CellType, ParamProblem, pydantic_check
+from colony.jsonwire import loads
 
 
 def _check_folder(params: LlmParams, folder: Path | None) -> list[ParamProblem]:

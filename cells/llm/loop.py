@@ -29,7 +29,7 @@ from cells.llm.dialects.base import (
     error_text,
 )
 from cells.llm.transcript.base import Record, StoreUnavailable, TranscriptStore, WriteOutcome
-from cells.strict_json import JsonTextError, loads
+from colony.jsonwire import JsonRefused, loads
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 TOOL_KEYS = ("name", "description", "input_schema", "strict")
@@ -345,9 +345,9 @@ async def run_turn(
     if status == "done" and request.schema is not None:
         try:
             data = loads(text or "")
-        except JsonTextError as exc:
+        except JsonRefused as exc:
             raise LoopError(
-                422, f"LLM reply is not valid JSON for the requested schema - {exc}"
+                422, f"LLM reply is not valid JSON for the requested schema - {exc.problem}"
             ) from None
 
     record.turns = turns + reply.turns

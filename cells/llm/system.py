@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cells.strict_json import JsonTextError, loads
+from colony.jsonwire import JsonRefused, loads
 
 JsonObject = dict[str, Any]
 
@@ -115,8 +115,8 @@ def tools_of(slots: Mapping[str, JsonObject]) -> list[Any]:
             raise PromptError(f"system.{path} has no text holding the tool's JSON schema")
         try:
             tools.append(loads(text))
-        except JsonTextError as exc:
-            raise PromptError(f"system.{path} text is not JSON: {exc}") from None
+        except JsonRefused as exc:
+            raise PromptError(f"system.{path} text is not JSON: {exc.problem}") from None
     return tools
 
 

@@ -5,7 +5,7 @@
 capped at 8 s. Every retry is logged. What is left is mapped to the cell's error codes:
 401 ``auth``, 404 ``model_not_found``, 429 ``rate_limit``, an attempt past
 ``external_timeout_ms`` ``timeout``, everything else ``provider_error``. An answer is read as
-standard JSON (:mod:`cells.strict_json`): ``NaN``, a lone surrogate or nesting past 128 levels
+standard JSON (:mod:`colony.jsonwire`): ``NaN``, a lone surrogate or nesting past 128 levels
 is a ``provider_error`` naming the problem, as meclaw's parser refuses them too, and never
 reaches the colony.
 """
@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from cells.llm.params import BACKOFF_BASE_S, BACKOFF_CAP_S
-from cells.strict_json import JsonTextError, loads
+from colony.jsonwire import JsonRefused, loads
 
 STATUS_CODES = {401: "auth", 404: "model_not_found", 429: "rate_limit"}
 _MAX_RETRY_AFTER_S = 60.0
@@ -59,7 +59,7 @@ def _retry_after(response: httpx.Response) -> float | None:
 def _upstream_message(response: httpx.Response) -> str | None:
     try:
         body = loads(response.text)
-    except JsonTextError:
+    except JsonRefused:
         return response.text[:500] or None
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         message = body["error"].get("message")
@@ -116,9 +116,9 @@ async def post(
             )
         try:
             return loads(response.text)
-        except JsonTextError as exc:
+        except JsonRefused as exc:
             raise WireFailure(
-                "provider_error", f"the answer is not JSON: {exc}", status=status
+                "provider_error", f"the answer is not JSON: {exc.problem}", status=status
             ) from None
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cells.store.params import SQL_TYPES, identifier_problem
-from cells.strict_json import JsonTextError, loads
 from cells.text import dumps_sorted
+from colony.jsonwire import JsonRefused, loads
 
 Schema = Mapping[str, Mapping[str, str]]
 
@@ -85,8 +85,8 @@ def parse_call(messages: Any) -> tuple[str, dict[str, Any]]:
         raise ArgsError("error", "the tool_call text is not JSON (it is not a string)")
     try:
         args = loads(text)
-    except JsonTextError as exc:
-        raise ArgsError("error", f"the tool_call text is not JSON: {exc}") from None
+    except JsonRefused as exc:
+        raise ArgsError("error", f"the tool_call text is not JSON: {exc.problem}") from None
     if not isinstance(args, dict):
         raise ArgsError("error", "the tool_call text must be a JSON object")
     return str(call_id), args

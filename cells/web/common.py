@@ -18,8 +18,8 @@ from collections.abc import AsyncIterable
 from dataclasses import dataclass
 from typing import Any
 
-from cells.strict_json import JsonTextError, loads
 from colony.envelope import JsonObject
+from colony.jsonwire import JsonRefused, loads
 
 NO_ID = ""
 """The ``id`` of a reply whose call carried none, or could not be read. meclaw leaves ``id``
@@ -68,8 +68,10 @@ def parse_tool_call(body: Any) -> ToolCall:
         raise ToolFailure("invalid_input", "tool_call.text missing or not a string")
     try:
         args = loads(text)
-    except JsonTextError as exc:
-        raise ToolFailure("invalid_input", f"tool_call.text is not valid JSON: {exc}") from None
+    except JsonRefused as exc:
+        raise ToolFailure(
+            "invalid_input", f"tool_call.text is not valid JSON: {exc.problem}"
+        ) from None
     if not isinstance(args, dict):
         raise ToolFailure("invalid_input", "tool_call.text JSON must be an object")
     call_id = call.get("id")

@@ -25,7 +25,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from cells.redact import Redactor
-from cells.strict_json import loads as loads_strict
 from cells.text import cut_visibly, dumps_sorted, utf8_len
 from cells.web.common import (
     ToolFailure,
@@ -40,6 +39,7 @@ from cells.web.common import (
 )
 from colony.cell import CellSpec, Emission
 from colony.envelope import Envelope, JsonObject
+from colony.jsonwire import loads as loads_strict
 
 READ_CEILING = 16 * 1024 * 1024
 """The most of an answer the cell reads. A search answer is parsed whole to count its

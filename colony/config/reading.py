@@ -16,15 +16,13 @@ known, a line and column: the loader turns it into a diagnostic.
 from __future__ import annotations
 
 import errno
-import json
-import math
 import os
-import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from colony import jsonwire
 from colony.config.jsonpos import Path as JsonPath
 
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
@@ -33,12 +31,9 @@ MAX_ENV_BYTES = 1024 * 1024
 """An env file: ``KEY=VALUE`` lines."""
 MAX_SEED_BYTES = 256 * 1024 * 1024
 """A cell's ``seed/*.jsonl`` (rows loaded into a store when its database is created)."""
-MAX_DEPTH = 128
+MAX_DEPTH = jsonwire.MAX_DEPTH
 """Deepest nesting of arrays and objects accepted (serde_json's recursion limit, so a tree
 meclaw parses is never refused for its depth)."""
-
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-_LONG_NUMBER = re.compile(r"-?\d{4000,}")
 
 
 class ReadProblem(Exception):
@@ -175,99 +170,27 @@ def decode(data: bytes) -> str:
     return text
 
 
-class _Refused(ValueError):
-    def __init__(self, token: str, why: str) -> None:
-        super().__init__(why)
-        self.token = token
-        self.why = why
-
-
-def _float(token: str) -> float:
-    value = float(token)
-    if math.isinf(value):
-        raise _Refused(token, f"the number {token[:20]} is too large to hold")
-    return value
-
-
-def _constant(token: str) -> Any:
-    raise _Refused(token, f"{token} is not JSON (JSON numbers are finite)")
-
-
-def _position(text: str, index: int) -> tuple[int, int]:
-    line = text.count("\n", 0, index) + 1
-    return line, index - (text.rfind("\n", 0, index) + 1) + 1
+_HINTS = {
+    "syntax": "fix the JSON syntax at this line and column.",
+    "number": "write a finite number of a sensible size (or quote it as a string).",
+    "depth": "flatten the document.",
+    "unicode": "remove the escape, or write the character itself.",
+    "encoding": "save it as UTF-8.",
+}
 
 
 def parse_json(text: str) -> Any:
     """The JSON value of ``text``; :class:`ReadProblem` for anything meclaw would not parse
-    or that no later check could hold (see the module docstring)."""
+    or that no later check could hold (see the module docstring). The reading itself is
+    :func:`colony.jsonwire.loads`, as for every JSON text from outside."""
     try:
-        value = json.loads(text, parse_float=_float, parse_constant=_constant)
-    except json.JSONDecodeError as exc:
+        return jsonwire.loads(text, "the file")
+    except jsonwire.JsonRefused as exc:
+        code = "invalid_unicode" if exc.kind == "unicode" else "invalid_json"
+        message = f"invalid JSON: {exc.reason}" if exc.kind == "syntax" else exc.reason
         raise ReadProblem(
-            "invalid_json",
-            f"invalid JSON: {exc.msg}",
-            "fix the JSON syntax at this line and column.",
-            exc.lineno,
-            exc.colno,
+            code, message, _HINTS[exc.kind], exc.line, exc.column, path=exc.path or ()
         ) from None
-    except _Refused as exc:
-        at = text.find(exc.token)
-        line, column = _position(text, at) if at >= 0 else (None, None)
-        raise ReadProblem(
-            "invalid_json", exc.why, "write a finite number (or a string).", line, column
-        ) from None
-    except RecursionError:
-        raise _too_deep() from None
-    except ValueError:  # an integer with more digits than int() converts
-        found = _LONG_NUMBER.search(text)
-        line, column = _position(text, found.start()) if found else (None, None)
-        raise ReadProblem(
-            "invalid_json",
-            "a number has more digits than can be read (over 4,300)",
-            "write a number of a sensible size, or quote it as a string.",
-            line,
-            column,
-        ) from None
-    # Cheap guards first: most files cannot be deep or hold an escaped surrogate at all.
-    if text.count("[") + text.count("{") > MAX_DEPTH and _deeper_than(value, MAX_DEPTH):
-        raise _too_deep()
-    if _SURROGATE_ESCAPE.search(text) is not None:
-        bad = first_surrogate(value)
-        if bad is not None:
-            raise ReadProblem(
-                "invalid_unicode",
-                "a string holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape without its "
-                "pair), which is not a character",
-                "remove the escape, or write the character itself.",
-                path=bad,
-            )
-    return value
-
-
-def _too_deep() -> ReadProblem:
-    return ReadProblem(
-        "invalid_json",
-        f"arrays and objects are nested more than {MAX_DEPTH} levels deep",
-        "flatten the document.",
-    )
-
-
-def _deeper_than(value: Any, limit: int) -> bool:
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return True
-        if isinstance(node, dict):
-            stack.extend((child, depth + 1) for child in node.values() if _container(child))
-        elif isinstance(node, list):
-            stack.extend((child, depth + 1) for child in node if _container(child))
-    return False
-
-
-def _container(value: Any) -> bool:
-    return isinstance(value, dict | list)
 
 
 def is_text(value: str) -> bool:
@@ -282,24 +205,6 @@ def is_text(value: str) -> bool:
 def printable(value: str) -> str:
     """``value`` with each lone surrogate written as its escape (``\\ud800``), for messages."""
     return value.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def first_surrogate(value: Any) -> JsonPath | None:
-    """The path of the first string or key of ``value`` that is not valid Unicode."""
-    stack: list[tuple[Any, JsonPath]] = [(value, ())]
-    while stack:
-        node, path = stack.pop()
-        if isinstance(node, str):
-            if not is_text(node):
-                return path
-        elif isinstance(node, dict):
-            for key, child in node.items():
-                if not is_text(key):
-                    return (*path, printable(key))
-                stack.append((child, (*path, key)))
-        elif isinstance(node, list):
-            stack.extend((child, (*path, index)) for index, child in enumerate(node))
-    return None
 
 
 def read_json(path: Path | str, limit: int = MAX_CONFIG_BYTES) -> tuple[str, Any]:

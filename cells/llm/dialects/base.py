@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from cells.strict_json import JsonTextError, loads
+from colony.jsonwire import JsonRefused, loads
 
 JsonObject = dict[str, Any]
 
@@ -157,17 +157,19 @@ def parse_call(turn: JsonObject, index: int) -> tuple[str, str, Any]:
         raise TranslateError(f"messages[{index}] is a tool_call without text")
     try:
         function = loads(text)
-    except JsonTextError as exc:
-        raise TranslateError(f"messages[{index}] tool_call text is not JSON: {exc}") from None
+    except JsonRefused as exc:
+        raise TranslateError(
+            f"messages[{index}] tool_call text is not JSON: {exc.problem}"
+        ) from None
     if not isinstance(function, dict) or not isinstance(function.get("name"), str):
         raise TranslateError(f"messages[{index}] tool_call text needs a name")
     raw = function.get("arguments", "{}")
     if isinstance(raw, str):
         try:
             arguments = loads(raw) if raw.strip() else {}
-        except JsonTextError as exc:
+        except JsonRefused as exc:
             raise TranslateError(
-                f"messages[{index}] tool_call arguments are not JSON: {exc}"
+                f"messages[{index}] tool_call arguments are not JSON: {exc.problem}"
             ) from None
     else:
         arguments = raw
@@ -219,7 +221,7 @@ def error_of(text: str) -> str | None:
         return None
     try:
         value = loads(text)
-    except JsonTextError:
+    except JsonRefused:
         return None
     if not isinstance(value, dict) or list(value) != [ERROR_KEY]:
         return None

@@ -70,7 +70,7 @@ from cells.llm.dialects.base import (
     error_of,
     parse_call,
 )
-from cells.strict_json import JsonTextError, loads
+from colony.jsonwire import JsonRefused, loads
 
 SKIP_SIGNATURE = "skip_thought_signature_validator"
 """The documented ``thoughtSignature`` for function calls Gemini did not produce."""
@@ -413,7 +413,7 @@ def _json_value(text: str) -> Any:
     """The text parsed as strict JSON (no NaN/Infinity), or :data:`_NOT_JSON`."""
     try:
         return loads(text)
-    except JsonTextError:
+    except JsonRefused:
         return _NOT_JSON
 
 

@@ -26,7 +26,7 @@ from cells.llm.dialects.base import (
     Usage,
     compact,
 )
-from cells.strict_json import JsonTextError, loads
+from colony.jsonwire import JsonRefused, loads
 
 _FINISH = {
     "stop": "stop",
@@ -71,9 +71,9 @@ class OpenAIChat:
                     raise TranslateError(f"messages[{index}] is a tool_call without text")
                 try:
                     function = loads(text)
-                except JsonTextError as exc:
+                except JsonRefused as exc:
                     raise TranslateError(
-                        f"messages[{index}] tool_call text is not JSON: {exc}"
+                        f"messages[{index}] tool_call text is not JSON: {exc.problem}"
                     ) from None
                 if calls is None or current is None:
                     calls = []

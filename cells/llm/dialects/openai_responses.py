@@ -43,7 +43,7 @@ from cells.llm.dialects.base import (
     call_text,
     compact,
 )
-from cells.strict_json import JsonTextError, loads
+from colony.jsonwire import JsonRefused, loads
 
 _TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 """OpenAI's function-name grammar (the API answers 400 to anything else)."""
@@ -267,8 +267,10 @@ def _assistant_run(run: list[tuple[int, JsonObject]], native: NativeLookup) -> l
             raise TranslateError(f"messages[{index}] is a tool_call without text")
         try:
             function = loads(raw)
-        except JsonTextError as exc:
-            raise TranslateError(f"messages[{index}] tool_call text is not JSON: {exc}") from None
+        except JsonRefused as exc:
+            raise TranslateError(
+                f"messages[{index}] tool_call text is not JSON: {exc.problem}"
+            ) from None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             raise TranslateError(f"messages[{index}] tool_call text needs a name")
         arguments = function.get("arguments", "{}")

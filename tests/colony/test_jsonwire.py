@@ -1,4 +1,4 @@
-"""cells.strict_json, and every cell that reads a JSON text from outside through it: a text
+"""colony.jsonwire, and every cell that reads a JSON text from outside through it: a text
 Python's json module would take but that is not standard JSON (or that it cannot parse without
 a RecursionError) is a typed error, never a crash (issue 15 item 17)."""
 
@@ -16,9 +16,9 @@ from cells.llm.dialects.base import TranslateError
 from cells.llm.dialects.base import parse_call as llm_call
 from cells.store.ops import ArgsError
 from cells.store.ops import parse_call as store_call
-from cells.strict_json import JsonTextError, loads
 from cells.web.common import ToolFailure
 from cells.web.common import parse_tool_call as web_call
+from colony.jsonwire import JsonRefused, loads
 
 NOT_STANDARD = [
     ("[" * 100_000, "nested deeper than 128 levels"),
@@ -30,10 +30,10 @@ NOT_STANDARD = [
 
 
 @pytest.mark.parametrize(("text", "problem"), NOT_STANDARD)
-def test_text_that_is_not_standard_json_is_a_json_text_error_naming_the_problem(
+def test_text_that_is_not_standard_json_is_refused_naming_the_problem(
     text: str, problem: str
 ) -> None:
-    with pytest.raises(JsonTextError) as caught:
+    with pytest.raises(JsonRefused) as caught:
         loads(text)
     assert problem in str(caught.value)
     assert isinstance(caught.value, ValueError)
