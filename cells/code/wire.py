@@ -78,7 +78,7 @@ class WireError(Exception):
 def parse_stdout(stdout: bytes) -> list[JsonObject]:
     """The contents a script printed, or :class:`WireError`."""
     try:
-        value = loads(stdout)
+        value = loads(stdout.decode("utf-8", "replace"))  # lossy, as meclaw reads stdout
     except JsonRefused as exc:
         raise WireError(f"invalid_json: {exc.problem}") from None
     items = value if isinstance(value, list) else [value] if isinstance(value, dict) else None
