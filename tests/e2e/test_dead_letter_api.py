@@ -6,20 +6,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import AsyncIterator
 
-import httpx
 import pytest
 
-from colony.api import build_app, serve
 from colony.persist.db import ColonyDb, read_dead_letters
 from colony.testing import ColonyHarness
+from tests.api_client import Api, served
 from tests.conformance.cells import TEST_TYPES, user
 from tests.conftest import TreeFactory, cell, hive
-
-
-class Api:
-    def __init__(self, colony: ColonyHarness, client: httpx.AsyncClient) -> None:
-        self.colony = colony
-        self.client = client
 
 
 @pytest.fixture
@@ -30,14 +23,11 @@ async def api(make_tree: TreeFactory) -> AsyncIterator[Api]:
             "main/a/config.json": cell("stateful_echo", {"crash_on": "boom"}, restart_limit=0),
         }
     )
-    async with ColonyHarness(tree, capture=["/sink"], cell_types=TEST_TYPES) as colony:
-        runner = await serve(build_app(colony.colony, token=None), "127.0.0.1", 0)
-        port = runner.addresses[0][1]
-        async with httpx.AsyncClient(
-            base_url=f"http://127.0.0.1:{port}", trust_env=False
-        ) as client:
-            yield Api(colony, client)
-        await runner.cleanup()
+    async with (
+        ColonyHarness(tree, capture=["/sink"], cell_types=TEST_TYPES) as colony,
+        served(colony) as api,
+    ):
+        yield api
 
 
 async def _one_letter(api: Api, text: str = "lost") -> int:

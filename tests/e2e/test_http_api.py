@@ -11,18 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cells.llm.chat_endpoint import ChatRoute
 from colony.api import build_app, serve
 from colony.testing import ColonyHarness
+from tests.api_client import Api, served
 from tests.conftest import TreeFactory, cell, hive
 
 USER = {"messages": [{"origin": "user", "type": "text", "text": "hi"}]}
-
-
-class Api:
-    def __init__(self, colony: ColonyHarness, client: httpx.AsyncClient) -> None:
-        self.colony = colony
-        self.client = client
 
 
 @pytest.fixture
@@ -41,17 +35,8 @@ async def api(make_tree: TreeFactory) -> AsyncIterator[Api]:
             ),
         }
     )
-    async with ColonyHarness(tree, capture=["/sink"]) as colony:
-        chat = ChatRoute()
-        app = build_app(colony.colony, token=None, extra_routes={("POST", "/llm/chat"): chat})
-        runner = await serve(app, "127.0.0.1", 0)
-        port = runner.addresses[0][1]
-        async with httpx.AsyncClient(
-            base_url=f"http://127.0.0.1:{port}", trust_env=False
-        ) as client:
-            yield Api(colony, client)
-        await runner.cleanup()
-        await chat.close()
+    async with ColonyHarness(tree, capture=["/sink"]) as colony, served(colony) as api:
+        yield api
 
 
 async def test_a_posted_message_is_routed_and_its_trace_is_readable(api: Api) -> None:

@@ -15,30 +15,16 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import pytest
 
-from cells.llm.chat_endpoint import ChatRoute
 from colony.admission import Refusal
-from colony.api import build_app, serve
 from colony.envelope import source_message
 from colony.httpguard import ServerLimits
 from colony.testing import ColonyHarness, ScriptedAnthropic, anthropic_text
+from tests.api_client import Api, served
 from tests.conftest import TreeFactory, cell, hive
 
 USER = {"messages": [{"origin": "user", "type": "text", "text": "hi"}]}
-
-
-class Api:
-    def __init__(self, colony: ColonyHarness, client: httpx.AsyncClient, port: int) -> None:
-        self.colony = colony
-        self.client = client
-        self.port = port
-
-    async def nothing_entered(self) -> None:
-        await self.colony.settle()
-        assert await self.colony.message_log() == []
-        assert await self.colony.dead_letters() == []
 
 
 @pytest.fixture
@@ -55,21 +41,9 @@ async def api(make_tree: TreeFactory) -> AsyncIterator[Api]:
                 ),
             }
         )
-        async with ColonyHarness(tree) as colony:
-            chat = ChatRoute()
-            app = build_app(
-                colony.colony,
-                extra_routes={("POST", "/llm/chat"): chat},
-                limits=ServerLimits(max_inflight_bytes=4096),
-            )
-            runner = await serve(app, "127.0.0.1", 0)
-            port = runner.addresses[0][1]
-            async with httpx.AsyncClient(
-                base_url=f"http://127.0.0.1:{port}", trust_env=False
-            ) as client:
-                yield Api(colony, client, port)
-            await runner.cleanup()
-            await chat.close()
+        limits = ServerLimits(max_inflight_bytes=4096)
+        async with ColonyHarness(tree) as colony, served(colony, limits=limits) as api:
+            yield api
 
 
 def post(api: Api, path: str, raw: bytes, **headers: Any) -> Any:

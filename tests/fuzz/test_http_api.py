@@ -16,15 +16,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote
 
-import httpx
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from cells.llm.chat_endpoint import ChatRoute
-from colony.api import build_app, serve
 from colony.openapi import document
 from colony.testing import ColonyHarness, ScriptedAnthropic, anthropic_text
+from tests.api_client import Api, served
 from tests.conftest import TreeFactory, cell, hive
 from tests.fuzz.strategies import json_values, mostly
 
@@ -149,12 +148,6 @@ def requests(draw: st.DrawFn, path: str, method: str) -> dict[str, Any]:
     }
 
 
-class Api:
-    def __init__(self, colony: ColonyHarness, client: httpx.AsyncClient) -> None:
-        self.colony = colony
-        self.client = client
-
-
 @pytest.fixture
 async def api(make_tree: TreeFactory) -> AsyncIterator[Api]:
     async with ScriptedAnthropic([anthropic_text("ok")]) as model:
@@ -170,21 +163,12 @@ async def api(make_tree: TreeFactory) -> AsyncIterator[Api]:
                 ),
             }
         )
-        async with ColonyHarness(tree) as colony:
-            chat = ChatRoute()
-            app = build_app(colony.colony, extra_routes={("POST", "/llm/chat"): chat})
-            runner = await serve(app, "127.0.0.1", 0)
-            port = runner.addresses[0][1]
-            async with httpx.AsyncClient(
-                base_url=f"http://127.0.0.1:{port}", trust_env=False, timeout=30
-            ) as client:
-                # Dead letters for the dead-letter routes to list, drain and replay.
-                for target in ("/nowhere", "/elsewhere"):
-                    await colony.send(target, USER)
-                await colony.settle()
-                yield Api(colony, client)
-            await runner.cleanup()
-            await chat.close()
+        async with ColonyHarness(tree) as colony, served(colony, client_timeout=30) as api:
+            # Dead letters for the dead-letter routes to list, drain and replay.
+            for target in ("/nowhere", "/elsewhere"):
+                await colony.send(target, USER)
+            await colony.settle()
+            yield api
 
 
 async def accounted_for(api: Api, message_id: str) -> None:

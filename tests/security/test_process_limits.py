@@ -10,7 +10,6 @@ import os
 import resource
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from cells.code.process import Limits, Zygote, close_shared_zygotes, shared_zygo
 from colony.envelope import source_message
 from colony.testing import ColonyHarness, spec_for
 from tests.conftest import CONTRACT, TreeFactory, hive
+from tests.processes import alive, eventually
 
 SECRET = "sk-daemon-env-7f3a9c1e5b"
 SECRET_VARIABLES = {
@@ -304,24 +304,6 @@ while not os.path.exists({pid_file!r}):
 {tail}
 """
 BASH_ESCAPE = "setsid sleep 60 & echo $! > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; {tail}"
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie has ended; only its parent has not reaped it yet)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
-async def eventually(check: Callable[[], bool], within: float = 3.0) -> bool:
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.02)
-    return True
 
 
 async def escape(kind: str, pid_file: Path, *, stay: bool, limit_s: float) -> bool:

@@ -23,6 +23,7 @@ from cells.code.process import (
     run_spawned,
     shared_zygote,
 )
+from tests.processes import alive, eventually
 
 PYTHON = sys.executable
 
@@ -66,24 +67,6 @@ def children(ppid: int) -> dict[int, str]:
         if int(parent) == ppid:
             found[int(entry)] = state
     return found
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` still runs (a zombie has ended; only its parent has not reaped it)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
-async def eventually(check: Callable[[], bool], within: float = 2.0) -> bool:
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.02)
-    return True
 
 
 ECHO_LINES = """
