@@ -20,7 +20,7 @@ from colony.persist.db import (
     MessageLogEntry,
     RegistryRow,
     read_dead_letters_after,
-    read_messages,
+    read_log,
     read_registry,
     read_trace_dead_letters,
     revive_in_registry,
@@ -117,7 +117,7 @@ def trace_lines(db: Path, trace_id: str) -> list[str]:
     text; each dead letter of the trace is marked ``✗`` where it died: under the hop that
     died (a hive no out-edge took), or under the message it came from (an emission no edge
     took, a target that does not exist)."""
-    rows = read_messages(db, trace_id=trace_id, limit=100_000, oldest_first=True)
+    rows = read_log(db, trace_id, limit=100_000)
     ids = {r.id for r in rows}
     children: dict[str | None, list[MessageLogEntry]] = {}
     for row in rows:

@@ -55,7 +55,7 @@ __all__ = [
     "UnitRejected",
     "delete_dead_letters",
     "read_dead_letters",
-    "read_messages",
+    "read_log",
 ]
 
 
@@ -300,25 +300,9 @@ class ColonyDb:
             self._queue.put(Stop())
             self._thread.join()
 
-    def _read(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        conn = connect(str(self.path), readonly=True)
-        try:
-            return conn.execute(sql, args).fetchall()
-        finally:
-            conn.close()
-
     async def message_log(self, trace_id: str | None = None) -> list[MessageLogEntry]:
         await self.flush()
-        sql = (
-            "SELECT id, trace_id, parent_message_id, correlation_id, ttl, from_path, to_path, "
-            "reply_to, headers, body_kind, body_payload, created_at FROM message_log"
-        )
-        args: tuple[Any, ...] = ()
-        if trace_id is not None:
-            sql += " WHERE trace_id = ?"
-            args = (trace_id,)
-        rows = await asyncio.to_thread(self._read, sql + " ORDER BY seq", args)
-        return [_log_entry(r) for r in rows]
+        return await asyncio.to_thread(read_log, self.path, trace_id)
 
     async def dead_letters(
         self, *, error_code: str | None = None, since: int | None = None, limit: int | None = None
@@ -376,41 +360,26 @@ def delete_dead_letters(
     return rows
 
 
-def read_messages(
-    path: Path,
-    *,
-    trace_id: str | None = None,
-    message_id: str | None = None,
-    to_path_prefix: str | None = None,
-    from_path_prefix: str | None = None,
-    since: int | None = None,
-    limit: int = 100,
-    oldest_first: bool = False,
+def read_log(
+    path: Path, trace_id: str | None = None, limit: int | None = None
 ) -> list[MessageLogEntry]:
-    """Message-log rows matching every given filter."""
-    clauses: list[str] = []
-    args: list[Any] = []
-    for column, value in (("trace_id", trace_id), ("id", message_id)):
-        if value is not None:
-            clauses.append(f"{column} = ?")
-            args.append(value)
-    for column, prefix in (("to_path", to_path_prefix), ("from_path", from_path_prefix)):
-        if prefix is not None:
-            clauses.append(f"substr({column}, 1, ?) = ?")
-            args.extend([len(prefix), prefix])
-    if since is not None:
-        clauses.append("created_at >= ?")
-        args.append(since)
+    """Message-log rows in the order they were written (the first ``limit``), those of one
+    trace when ``trace_id`` is given (read-only; usable without a running colony). The HTTP
+    and message-plane reads with their filters are :mod:`colony.reads`."""
     sql = (
         "SELECT id, trace_id, parent_message_id, correlation_id, ttl, from_path, to_path, "
         "reply_to, headers, body_kind, body_payload, created_at FROM message_log"
     )
-    if clauses:
-        sql += " WHERE " + " AND ".join(clauses)
-    sql += f" ORDER BY seq {'ASC' if oldest_first else 'DESC'} LIMIT ?"
-    args.append(limit)
+    args: tuple[Any, ...] = ()
+    if trace_id is not None:
+        sql += " WHERE trace_id = ?"
+        args = (trace_id,)
     conn = connect(str(path), readonly=True)
     try:
+        if limit is not None:
+            sql += f" ORDER BY seq LIMIT {int(limit)}"
+        else:
+            sql += " ORDER BY seq"
         rows = conn.execute(sql, args).fetchall()
     finally:
         conn.close()
