@@ -112,25 +112,18 @@ def graph(colony: Colony, f: GraphFilters) -> dict[str, Any]:
 
 
 async def trace(colony: Colony, f: TraceFilters) -> dict[str, Any]:
-    clauses: list[str] = []
-    args: list[Any] = []
-    for column, value in (("trace_id", f.trace_id), ("correlation_id", f.correlation_id)):
-        if value is not None:
-            clauses.append(f"{column} = ?")
-            args.append(value)
-    if f.path_prefix is not None:
-        _prefix(clauses, args, "to_path", f.path_prefix)
+    where = _Where()
+    where.compare("trace_id", "=", f.trace_id)
+    where.compare("correlation_id", "=", f.correlation_id)
+    where.prefix("to_path", f.path_prefix)
     if f.error:
-        clauses.append(
+        where.add(
             "(CASE WHEN json_valid(headers) THEN json_extract(headers, '$.hop.error_code') END) "
             "IS NOT NULL"
         )
-    if f.since is not None:
-        clauses.append("created_at >= ?")
-        args.append(f.since)
-    sql = f"SELECT {_COLUMNS} FROM message_log{_where(clauses)} ORDER BY seq ASC LIMIT ?"
-    args.append(f.rows)
-    rows = await _read(colony, _select_log, sql, args)
+    where.compare("created_at", ">=", f.since)
+    sql = f"SELECT {_COLUMNS} FROM message_log{where} ORDER BY seq ASC LIMIT ?"
+    rows = await _read(colony, _select_log, sql, [*where.args, f.rows])
     return {"trace": rows}
 
 
@@ -149,24 +142,17 @@ async def messages(colony: Colony, f: MessagesFilters) -> dict[str, Any]:
 
 
 async def dead_letters(colony: Colony, f: DeadLettersFilters) -> dict[str, Any]:
-    clauses: list[str] = []
-    args: list[Any] = []
-    if f.error_code is not None:
-        clauses.append("error_code = ?")
-        args.append(f.error_code)
-    if f.since is not None:
-        clauses.append("created_at >= ?")
-        args.append(f.since)
+    where = _Where()
+    where.compare("error_code", "=", f.error_code)
+    where.compare("created_at", ">=", f.since)
     # A listing never reads a stored body: the message id has its own column (only rows an
     # older daemon wrote lack it; see colony.persist.schema).
     sql = (
         "SELECT id, sender_path, original_target, resolved_target, error_code, trace_id, "
         f"created_at, COALESCE(message_id, {MESSAGE_ID_OF_ENVELOPE}), detail, replayed_at, "
-        "replayed_as "
-        f"FROM dead_letters{_where(clauses)} ORDER BY id ASC LIMIT ?"
+        f"replayed_as FROM dead_letters{where} ORDER BY id ASC LIMIT ?"
     )
-    args.append(f.rows)
-    rows = await _read(colony, _select_letters, sql, args)
+    rows = await _read(colony, _select_letters, sql, [*where.args, f.rows])
     return {"dead_letters": rows}
 
 
@@ -240,10 +226,6 @@ async def _read(colony: Colony, fn: Any, *args: Any) -> Any:
         raise ReadFailed(f"colony.db could not be read: {exc}") from exc
 
 
-def _where(clauses: Sequence[str]) -> str:
-    return " WHERE " + " AND ".join(clauses) if clauses else ""
-
-
 def _successor(prefix: str) -> str | None:
     """The smallest string greater than every string starting with ``prefix`` (SQLite compares
     UTF-8 bytes, i.e. code points), or None when there is none."""
@@ -257,14 +239,33 @@ def _successor(prefix: str) -> str | None:
     return None
 
 
-def _prefix(clauses: list[str], args: list[Any], column: str, prefix: str) -> None:
-    """``column`` starts with ``prefix``, as a range the column's index serves."""
-    clauses.append(f"{column} >= ?")
-    args.append(prefix)
-    upper = _successor(prefix)
-    if upper is not None:
-        clauses.append(f"{column} < ?")
-        args.append(upper)
+class _Where:
+    """The WHERE clause of a read, built filter by filter: a filter that is None adds
+    nothing, so each read lists its filters once, in one line each."""
+
+    def __init__(self) -> None:
+        self.clauses: list[str] = []
+        self.args: list[Any] = []
+
+    def add(self, clause: str, *args: Any) -> None:
+        self.clauses.append(clause)
+        self.args.extend(args)
+
+    def compare(self, column: str, op: str, value: Any) -> None:
+        if value is not None:
+            self.add(f"{column} {op} ?", value)
+
+    def prefix(self, column: str, prefix: str | None) -> None:
+        """``column`` starts with ``prefix``, as a range the column's index serves."""
+        if prefix is None:
+            return
+        self.add(f"{column} >= ?", prefix)
+        upper = _successor(prefix)
+        if upper is not None:
+            self.add(f"{column} < ?", upper)
+
+    def __str__(self) -> str:
+        return " WHERE " + " AND ".join(self.clauses) if self.clauses else ""
 
 
 def _loads(text: str) -> Any:
@@ -334,46 +335,34 @@ def _select_messages(path: Path, f: MessagesFilters) -> tuple[list[dict[str, Any
         sql = f"SELECT {_COLUMNS} FROM message_log WHERE id = ?{order} LIMIT ?"
         rows = _fetch(path, sql, [f.id, f.rows])
         return [_log_row(r) for r in rows], len(rows)
-    clauses: list[str] = []
-    args: list[Any] = []
-    for column, value in (("trace_id", f.trace_id), ("parent_message_id", f.parent_message_id)):
-        if value is not None:
-            clauses.append(f"{column} = ?")
-            args.append(value)
-    if f.to_path_prefix is not None:
-        _prefix(clauses, args, "to_path", f.to_path_prefix)
-    if f.since is not None:
-        clauses.append("created_at >= ?")
-        args.append(f.since)
-    if f.until is not None:
-        clauses.append("created_at <= ?")
-        args.append(f.until)
+    inner = _Where()
+    inner.compare("trace_id", "=", f.trace_id)
+    inner.compare("parent_message_id", "=", f.parent_message_id)
+    inner.prefix("to_path", f.to_path_prefix)
+    inner.compare("created_at", ">=", f.since)
+    inner.compare("created_at", "<=", f.until)
     if f.before_created_at is not None and f.before_id is not None:
-        clauses.append("(created_at < ? OR (created_at = ? AND id < ?))")
-        args.extend([f.before_created_at, f.before_created_at, f.before_id])
-    elif f.before_created_at is not None:
-        clauses.append("created_at < ?")
-        args.append(f.before_created_at)
-    elif f.before_id is not None:
-        clauses.append("id < ?")
-        args.append(f.before_id)
-    inner = f"SELECT {_COLUMNS} FROM message_log{_where(clauses)}{order} LIMIT ?"
-    inner_args = [*args, f.budget]
-    outer_clauses: list[str] = []
-    outer_args: list[Any] = []
-    if f.correlation_id is not None:
-        outer_clauses.append("correlation_id = ?")
-        outer_args.append(f.correlation_id)
-    if f.from_path_prefix is not None:
-        _prefix(outer_clauses, outer_args, "from_path", f.from_path_prefix)
-    if f.body_kind is not None:
-        outer_clauses.append("body_kind = ?")
-        outer_args.append(f.body_kind)
-    outer = f"SELECT * FROM ({inner}){_where(outer_clauses)}{order} LIMIT ?"
+        inner.add(
+            "(created_at < ? OR (created_at = ? AND id < ?))",
+            f.before_created_at,
+            f.before_created_at,
+            f.before_id,
+        )
+    else:
+        inner.compare("created_at", "<", f.before_created_at)
+        inner.compare("id", "<", f.before_id)
+    outer = _Where()
+    outer.compare("correlation_id", "=", f.correlation_id)
+    outer.prefix("from_path", f.from_path_prefix)
+    outer.compare("body_kind", "=", f.body_kind)
+    window = f"SELECT {_COLUMNS} FROM message_log{inner}{order} LIMIT ?"
+    sql = f"SELECT * FROM ({window}){outer}{order} LIMIT ?"
+    args = [*inner.args, f.budget, *outer.args, f.rows]
     conn = connect(str(path), readonly=True)
     try:
-        rows = conn.execute(outer, [*inner_args, *outer_args, f.rows]).fetchall()
-        (scanned,) = conn.execute(f"SELECT COUNT(*) FROM ({inner})", inner_args).fetchone()
+        rows = conn.execute(sql, args).fetchall()
+        counted = conn.execute(f"SELECT COUNT(*) FROM ({window})", [*inner.args, f.budget])
+        (scanned,) = counted.fetchone()
     finally:
         conn.close()
     return [_log_row(r) for r in rows], int(scanned)
