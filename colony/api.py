@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import unquote_to_bytes
@@ -81,50 +80,10 @@ def error_response(
     return response
 
 
-def _int_query(request: web.Request, name: str) -> int | None:
-    raw = request.query.get(name)
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ApiError(400, "bad_query", f"{name} must be a whole number") from None
-    if not -(2**63) <= value < 2**63:  # what SQLite can compare against
-        raise ApiError(400, "bad_query", f"{name} is out of range: it needs 64 bits or fewer")
-    return value
-
-
-def _uuid_query(request: web.Request, name: str) -> str | None:
-    raw = request.query.get(name)
-    if raw is None:
-        return None
-    try:
-        uuid.UUID(raw)
-    except ValueError:
-        raise ApiError(400, "bad_query", f"{name} must be a UUID") from None
-    return raw
-
-
-def dead_letter_dto(row: DeadLetterRow) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "sender_path": row.sender_path,
-        "original_target": row.original_target,
-        "resolved_target": row.resolved_target,
-        "error_code": row.error_code,
-        "trace_id": row.trace_id,
-        "created_at": row.created_at,
-        "message_id": row.message_id,
-        "detail": row.detail,
-    }
-
-
 def dead_letter_detail(row: DeadLetterRow) -> dict[str, Any]:
     """A dead letter with its replay marks and the stored message (``GET .../{id}``)."""
     return {
-        **dead_letter_dto(row),
-        "replayed_at": row.replayed_at,
-        "replayed_as": row.replayed_as,
+        **row.fields(),
         "message": row.message.to_json(),
     }
 
@@ -228,7 +187,7 @@ class Api:
             since=filters.since,
             ids=None if filters.ids is None else list(filters.ids),
         )
-        return json_response({"dead_letters": [dead_letter_dto(r) for r in rows]})
+        return json_response({"dead_letters": [r.fields() for r in rows]})
 
     async def _dead_letter(self, request: web.Request) -> DeadLetterRow:
         """The dead letter ``{id}`` names, its message decoded off the event loop."""

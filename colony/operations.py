@@ -41,24 +41,8 @@ def dead_letter_line(row: DeadLetterRow) -> str:
     )
 
 
-def _fields(row: DeadLetterRow) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "created_at": row.created_at,
-        "error_code": row.error_code,
-        "sender_path": row.sender_path,
-        "original_target": row.original_target,
-        "resolved_target": row.resolved_target,
-        "trace_id": row.trace_id,
-        "message_id": row.message_id,
-        "detail": row.detail,
-        "replayed_at": row.replayed_at,
-        "replayed_as": row.replayed_as,
-    }
-
-
 def dead_letter_json(row: DeadLetterRow) -> str:
-    return json.dumps(_fields(row), ensure_ascii=False)
+    return json.dumps(row.fields(), ensure_ascii=False)
 
 
 def dead_letter_report(row: DeadLetterRow, *, as_json: bool = False) -> str:
@@ -66,7 +50,7 @@ def dead_letter_report(row: DeadLetterRow, *, as_json: bool = False) -> str:
     was replayed, and the stored message (headers and body) as indented JSON."""
     message = row.message.to_json()
     if as_json:
-        return json.dumps({**_fields(row), "message": message}, ensure_ascii=False)
+        return json.dumps({**row.fields(), "message": message}, ensure_ascii=False)
     replayed = (
         f"{_when(row.replayed_at)} as message {row.replayed_as}"
         if row.replayed_at is not None

@@ -116,6 +116,22 @@ class DeadLetterRow:
     source: Path | None = field(default=None, repr=False, compare=False)
     """The ``colony.db`` the row was read from (where :attr:`message` is read)."""
 
+    def fields(self) -> dict[str, Any]:
+        """The row without its message, as every listing shows it (API, CLI ``--json``)."""
+        return {
+            "id": self.id,
+            "sender_path": self.sender_path,
+            "original_target": self.original_target,
+            "resolved_target": self.resolved_target,
+            "error_code": self.error_code,
+            "trace_id": self.trace_id,
+            "created_at": self.created_at,
+            "message_id": self.message_id,
+            "detail": self.detail,
+            "replayed_at": self.replayed_at,
+            "replayed_as": self.replayed_as,
+        }
+
     @functools.cached_property
     def message(self) -> Envelope:
         """The dead message as stored (raises LookupError once the row is deleted)."""
