@@ -204,14 +204,6 @@ class ColonyDb:
         """Journal inserts committed so far (deliveries made durable)."""
         return self._writer.journalled
 
-    def registry_ids(self) -> dict[str, str]:
-        """``{path: cell_id}`` from earlier boots, so a cell keeps its id across restarts."""
-        conn = connect(str(self.path), readonly=True)
-        try:
-            return dict(conn.execute("SELECT path, cell_id FROM registry").fetchall())
-        finally:
-            conn.close()
-
     # -- writes (never block the caller) ------------------------------------------------------
 
     def log(self, message: Envelope, from_path: str, to_path: str) -> None:
