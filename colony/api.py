@@ -41,6 +41,7 @@ from colony.persist.db import (
     read_dead_letter,
     release_replay,
 )
+from colony.persist.escape import has_surrogate
 from colony.queries import READS, DrainFilters, QueryError, parse_http
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -97,14 +98,6 @@ def _replayed_before(row: DeadLetterRow) -> ApiError:
     )
 
 
-def _valid_text(value: str) -> bool:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:  # aiohttp hands undecodable header bytes on as surrogates
-        return False
-    return True
-
-
 async def read_json(request: web.Request) -> Any:
     """The request's JSON body, read within the body timeout and refused (400
     ``invalid_json``) unless it is UTF-8 JSON with no lone surrogate, no NaN or Infinity and
@@ -141,7 +134,7 @@ class Api:
         if request.headers.get("Content-Type") and kind != "application/json":
             raise ApiError(415, "unsupported_media_type", "send the message as application/json")
         key = request.headers.get("Idempotency-Key")
-        if key is not None and not _valid_text(key):
+        if key is not None and has_surrogate(key):  # aiohttp passes bad bytes on as these
             raise ApiError(
                 400, "invalid_idempotency_key", "Idempotency-Key is not valid UTF-8 text"
             )

@@ -24,6 +24,7 @@ from typing import Any
 
 from colony import jsonwire
 from colony.config.jsonpos import Path as JsonPath
+from colony.persist.escape import has_surrogate, storable_text
 
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 """A ``config.json`` or ``colony.json``; the largest real ones (inline scripts) are ~100 KB."""
@@ -195,16 +196,11 @@ def parse_json(text: str) -> Any:
 
 def is_text(value: str) -> bool:
     """Whether ``value`` is valid Unicode text (no lone surrogate): it can be stored and sent."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return not has_surrogate(value)
 
 
-def printable(value: str) -> str:
-    """``value`` with each lone surrogate written as its escape (``\\ud800``), for messages."""
-    return value.encode("utf-8", "backslashreplace").decode("utf-8")
+printable = storable_text
+"""``value`` with each lone surrogate written as its escape (``\\ud800``), for messages."""
 
 
 def read_json(path: Path | str, limit: int = MAX_CONFIG_BYTES) -> tuple[str, Any]:
