@@ -22,6 +22,8 @@ import math
 import re
 from typing import Any, Literal
 
+from colony.persist.escape import has_surrogate
+
 __all__ = ["MAX_DEPTH", "JsonRefused", "dumps", "loads"]
 
 MAX_DEPTH = 128
@@ -138,9 +140,7 @@ def loads(raw: bytes | str, what: str = "the body") -> Any:
     # lone surrogate can only come from a \ud800-\udfff escape (or, in a str that was never
     # UTF-8, from the text itself).
     deep = text.count("[") + text.count("{") > MAX_DEPTH
-    odd = _SURROGATE_ESCAPE.search(text) is not None or (
-        not text.isascii() and _SURROGATE.search(text) is not None
-    )
+    odd = _SURROGATE_ESCAPE.search(text) is not None or (has_surrogate(text))
     if deep or odd:
         problem = _walk(value)
         if problem is not None:
@@ -168,7 +168,7 @@ def _walk(value: Any) -> tuple[Kind, str, JsonPath] | None:
     while stack:
         node, depth, path = stack.pop()
         if isinstance(node, str):
-            if not node.isascii() and _SURROGATE.search(node):
+            if has_surrogate(node):
                 reason = f"lone surrogate {_escaped(node)} at {_spelled(path)}, "
                 return "unicode", reason + "which is not valid Unicode", path
         elif isinstance(node, dict | list):
@@ -176,7 +176,7 @@ def _walk(value: Any) -> tuple[Kind, str, JsonPath] | None:
                 return "depth", f"nested deeper than {MAX_DEPTH} levels", path
             if isinstance(node, dict):
                 for key, child in node.items():
-                    if not key.isascii() and _SURROGATE.search(key):
+                    if has_surrogate(key):
                         reason = f"holds a lone surrogate {_escaped(key)} in a key at "
                         return (
                             "unicode",
