@@ -1,7 +1,7 @@
 """The ``bash`` cell: one ``/bin/sh -c <command>`` per tool call.
 
 Stateless: up to ``max_concurrency`` commands run at once. Each is a job of the zygote (see
-:mod:`cells.code.process`), never a child of the daemon: its own session and process tree
+:mod:`cells.code.zygote_client`), never a child of the daemon: its own session and process tree
 (killed whole at the timeout, ``setsid()`` or not), an allow-listed environment plus
 ``params.env`` (:mod:`cells.code.isolation`), the cell's own folder as working directory, CPU,
 memory and process-count limits set before the shell starts, and **no stdin** (an empty
@@ -29,7 +29,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from cells.code.isolation import job_environment, remove_directory, working_directory
-from cells.code.process import DEFAULT_MAX_PROCESSES, Limits, ProcessError, run_spawned
+from cells.code.process import DEFAULT_MAX_PROCESSES, Limits, ProcessError
+from cells.code.zygote_client import run_spawned
 from cells.redact import Redactor, looks_secret_key
 from cells.text import cut_visibly, utf8_len
 from colony.cell import CellClass, CellSpec, CellType, Emission, ParamProblem, pydantic_check
