@@ -26,6 +26,7 @@ from typing import Any
 from cells.store.ops import WRITES, ArgsError, Plan, UnknownName, parse_call, plan
 from cells.store.params import SQL_TYPES, StoreParams, read_seed
 from cells.text import dumps_sorted
+from cells.toolcall import tool_error, tool_result
 from colony.cell import CellSpec, Emission
 from colony.crashpoints import crash_point
 from colony.envelope import Envelope, JsonObject
@@ -288,20 +289,9 @@ def _result(
     }
     if error_code is not None:
         header["error_code"] = error_code
-    return {
-        "header": header,
-        "messages": [{"origin": "tool", "type": "tool_result", "text": text, "id": call_id}],
-    }
+    return tool_result(text, call_id, header)
 
 
 def _error(operation: str, code: str, text: str, call_id: str) -> JsonObject:
-    return {
-        "header": {
-            "operation": operation,
-            "rows_affected": 0,
-            "duration_ms": 0,
-            "finish_reason": "error",
-            "error_code": code,
-        },
-        "messages": [{"origin": "tool", "type": "tool_result", "text": text, "id": call_id}],
-    }
+    header: JsonObject = {"operation": operation, "rows_affected": 0, "duration_ms": 0}
+    return tool_error(code, text, call_id, header)

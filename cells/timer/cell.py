@@ -34,9 +34,9 @@ from typing import Annotated, Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-from cells.bash import ToolCallError, parse_tool_call, tool_result
 from cells.text import dumps_sorted
 from cells.timer.cron import CronError, CronExpr
+from cells.toolcall import ToolFailure, parse_tool_call, result_turn
 from colony.cell import CellContext, CellSpec, Emission
 from colony.envelope import Envelope, JsonObject
 from colony.ids import uuid7
@@ -550,8 +550,8 @@ class TimerCell:
         if tool:
             try:
                 value, call_id = parse_tool_call(body)
-            except ToolCallError as exc:
-                return _op_error("parse_error", str(exc), exc.call_id, None, True)
+            except ToolFailure as failure:
+                return _op_error("parse_error", failure.text, failure.call_id, None, True)
         named = value.get("schedule_id") if isinstance(value, dict) else None
         named = named if isinstance(named, str) else None
         try:
@@ -570,7 +570,7 @@ class TimerCell:
         text = dumps_sorted({"op": op.op, "schedule_id": op.schedule_id, "status": "ok"})
         return {
             "header": {"msg_type": "timer_op_ack", "op": op.op, "schedule_id": op.schedule_id},
-            "messages": [tool_result(text, call_id)],
+            "messages": [result_turn(text, call_id)],
         }
 
     def _apply(self, op: Op) -> None:
@@ -680,5 +680,5 @@ def _op_error(
     messages: list[JsonObject] = []
     if tool:
         header["finish_reason"] = "error"
-        messages.append(tool_result(detail, call_id))
+        messages.append(result_turn(detail, call_id))
     return {"header": header, "messages": messages, "meta": {"detail": detail}}
