@@ -50,7 +50,7 @@ def implemented_cell_types() -> dict[str, CellType]:
 
 async def close_shared_resources() -> None:
     """Stop what cell types share across cells (the code cell's warm workers)."""
-    from cells.code.process import close_shared_zygotes
+    from cells.code.zygote_client import close_shared_zygotes
 
     await close_shared_zygotes()
 
@@ -66,7 +66,8 @@ async def prepare(cells: Iterable[tuple[str, Any]]) -> None:
     already refused an interpreter that does not exist; this is one that is not Python)."""
     from cells.code.cell import default_interpreter
     from cells.code.params import CodeParams
-    from cells.code.process import ProcessError, shared_zygote
+    from cells.code.process import ProcessError
+    from cells.code.zygote_client import shared_zygote
     from colony.errors import BootError
 
     interpreters: set[str] = set()

@@ -1,7 +1,7 @@
 """The ``bash`` cell: one ``/bin/sh -c <command>`` per tool call.
 
 Stateless: up to ``max_concurrency`` commands run at once. Each is a job of the zygote (see
-:mod:`cells.code.process`), never a child of the daemon: its own session and process tree
+:mod:`cells.code.zygote_client`), never a child of the daemon: its own session and process tree
 (killed whole at the timeout, ``setsid()`` or not), an allow-listed environment plus
 ``params.env`` (:mod:`cells.code.isolation`), the cell's own folder as working directory, CPU,
 memory and process-count limits set before the shell starts, and **no stdin** (an empty
@@ -29,21 +29,15 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from cells.code.isolation import job_environment, remove_directory, working_directory
-from cells.code.process import DEFAULT_MAX_PROCESSES, Limits, ProcessError, run_spawned
+from cells.code.process import DEFAULT_MAX_PROCESSES, Limits, ProcessError
+from cells.code.zygote_client import run_spawned
 from cells.redact import Redactor, looks_secret_key
 from cells.text import cut_visibly, utf8_len
+from cells.toolcall import ToolFailure, parse_tool_call, tool_error, tool_result
 from colony.cell import CellClass, CellSpec, CellType, Emission, ParamProblem, pydantic_check
 from colony.envelope import Envelope, JsonObject
-from colony.jsonwire import JsonRefused, loads
 
-__all__ = [
-    "BASH",
-    "BashCell",
-    "BashParams",
-    "ToolCallError",
-    "parse_tool_call",
-    "tool_result",
-]
+__all__ = ["BASH", "BashCell", "BashParams"]
 
 COMMAND_LIMIT = 131_072
 """Linux caps one argv string at 32 pages (``MAX_ARG_STRLEN``); ``sh -c`` passes the command
@@ -54,52 +48,6 @@ _STDERR_END = "##meclaw-stderr-end##"
 _READ_PAST = 4096
 """How far past ``max_bytes`` a stream is read before its pipe is closed: output that overshoots
 the cap by less is still counted exactly in ``bytes``."""
-
-
-# -- the tool-call convention -----------------------------------------------------------------
-
-
-class ToolCallError(Exception):
-    """The body does not carry one usable tool call; ``str(exc)`` is the sentence to reply."""
-
-    def __init__(self, text: str, call_id: str | None = None) -> None:
-        super().__init__(text)
-        self.call_id = call_id
-        """The call's id when the turn was found but its arguments were unusable."""
-
-
-def parse_tool_call(body: Any) -> tuple[JsonObject, str | None]:
-    """The arguments object and id of the one ``tool_call`` turn in ``body.messages``.
-
-    Exactly one turn must be a ``tool_call`` (others are ignored) and its ``text`` must be a
-    JSON object.
-    """
-    messages = body.get("messages") if isinstance(body, dict) else None
-    if not isinstance(messages, list):
-        raise ToolCallError("body.messages must be an array holding one tool_call turn")
-    calls = [t for t in messages if isinstance(t, dict) and t.get("type") == "tool_call"]
-    if not calls:
-        raise ToolCallError("no tool_call turn in messages[]")
-    if len(calls) > 1:
-        raise ToolCallError(f"expected exactly one tool_call turn, found {len(calls)}")
-    turn = calls[0]
-    call_id = turn.get("id") if isinstance(turn.get("id"), str) else None
-    text = turn.get("text")
-    if not isinstance(text, str):
-        raise ToolCallError("the tool_call turn has no text (its JSON arguments)", call_id)
-    try:
-        args = loads(text)
-    except JsonRefused as exc:
-        raise ToolCallError(f"tool_call text is not valid JSON: {exc.problem}", call_id) from None
-    if not isinstance(args, dict):
-        raise ToolCallError("tool_call text must be a JSON object of arguments", call_id)
-    return args, call_id
-
-
-def tool_result(text: str, call_id: str | None) -> JsonObject:
-    """One ``tool_result`` turn. A call without an id is answered on ``id: ""``: UBF requires
-    an id on every tool_result, and an emission without one would be dead-lettered."""
-    return {"origin": "tool", "type": "tool_result", "text": text, "id": call_id or ""}
 
 
 # -- params -----------------------------------------------------------------------------------
@@ -230,8 +178,8 @@ class BashCell:
         p = self.params
         try:
             args, call_id = parse_tool_call(body)
-        except ToolCallError as exc:
-            return _error("invalid_input", str(exc), exc.call_id, started)
+        except ToolFailure as failure:
+            return _error(failure.code, failure.text, failure.call_id, started)
         command = args.get("command")
         if not isinstance(command, str):
             return _error("invalid_input", "args.command missing or not a string", call_id, started)
@@ -285,7 +233,7 @@ class BashCell:
         }
         if truncated or out_cut or err_cut:
             header["truncated"] = True
-        return {"header": header, "messages": [tool_result(shown, call_id)]}
+        return tool_result(shown, call_id, header)
 
 
 def _elapsed(started: float) -> int:
@@ -293,15 +241,13 @@ def _elapsed(started: float) -> int:
 
 
 def _error(code: str, text: str, call_id: str | None, started: float, **extra: Any) -> JsonObject:
-    header: Mapping[str, Any] = {
+    header: JsonObject = {
         "operation": "bash",
         "had_stderr": False,
         **extra,
         "duration_ms": _elapsed(started),
-        "finish_reason": "error",
-        "error_code": code,
     }
-    return {"header": dict(header), "messages": [tool_result(text, call_id)]}
+    return tool_error(code, text, call_id, header)
 
 
 BASH = CellType(

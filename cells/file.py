@@ -34,8 +34,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-from cells.bash import ToolCallError, parse_tool_call, tool_result
 from cells.text import dumps_sorted
+from cells.toolcall import ToolFailure, parse_tool_call, tool_error, tool_result
 from colony.cell import CellClass, CellSpec, CellType, Emission, ParamProblem, pydantic_check
 from colony.envelope import Envelope, JsonObject
 
@@ -364,8 +364,8 @@ class FileCell:
         started = time.perf_counter()
         try:
             args, call_id = parse_tool_call(body)
-        except ToolCallError as exc:
-            return _error("unknown", "invalid_input", str(exc), exc.call_id, started)
+        except ToolFailure as failure:
+            return _error("unknown", failure.code, failure.text, failure.call_id, started)
         try:
             call = _parse_args(args)
         except _Refused as exc:
@@ -377,7 +377,7 @@ class FileCell:
         header: JsonObject = {"operation": call.op, "bytes": size, "duration_ms": _ms(started)}
         if call.base64:
             header["encoding"] = "base64"
-        return {"header": header, "messages": [tool_result(text, call_id)]}
+        return tool_result(text, call_id, header)
 
 
 def _ms(started: float) -> int:
@@ -385,15 +385,7 @@ def _ms(started: float) -> int:
 
 
 def _error(operation: str, code: str, text: str, call_id: str | None, started: float) -> JsonObject:
-    return {
-        "header": {
-            "operation": operation,
-            "duration_ms": _ms(started),
-            "finish_reason": "error",
-            "error_code": code,
-        },
-        "messages": [tool_result(text, call_id)],
-    }
+    return tool_error(code, text, call_id, {"operation": operation, "duration_ms": _ms(started)})
 
 
 FILE = CellType(

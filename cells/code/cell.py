@@ -3,10 +3,10 @@
 Stateless: up to ``max_concurrency`` messages run at once, each in a fresh process — forked
 from a warm worker for python3 scripts (about 2 ms), or spawned (tens of ms). The process runs
 in the cell's own folder with an allow-listed environment plus ``params.env``, and at most
-``params.max_processes`` processes (see :mod:`cells.code.isolation`, :mod:`cells.code.process`).
-Everything that goes wrong is an ordinary emission with ``hop.finish_reason: "error"`` and an
-``error_code``; the colony keeps routing. Error texts never quote the values ``params.env``
-passes under a credential-looking name.
+``params.max_processes`` processes (see :mod:`cells.code.isolation`,
+:mod:`cells.code.zygote_client`). Everything that goes wrong is an ordinary emission with
+``hop.finish_reason: "error"`` and an ``error_code``; the colony keeps routing. Error texts never
+quote the values ``params.env`` passes under a credential-looking name.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from cells.code.isolation import job_environment, remove_directory, working_directory
 from cells.code.params import INLINE_ARG_LIMIT, CodeParams
-from cells.code.process import Limits, ProcessError, RunResult, run_spawned, shared_zygote
+from cells.code.process import Limits, ProcessError, RunResult
 from cells.code.wire import (
     DETAIL_LIMIT,
     WireError,
@@ -31,6 +31,7 @@ from cells.code.wire import (
     script_params,
     stdin_document,
 )
+from cells.code.zygote_client import run_spawned, shared_zygote
 from cells.redact import Redactor, looks_secret_key
 from colony.cell import CellSpec, Emission
 from colony.contracts import emits_violation

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from cells.toolcall import result_turn
 from colony.envelope import Envelope, JsonObject
 from colony.jsonwire import JsonRefused, loads
 
@@ -106,6 +107,6 @@ def error_content(
     meta_error: JsonObject = {"source": "script", "detail": first[:DETAIL_LIMIT], **(error or {})}
     return {
         "header": {"finish_reason": "error", "error_code": code, **header},
-        "messages": [{"origin": "tool", "type": "tool_result", "text": text, "id": ""}],
+        "messages": [result_turn(text, None)],
         "meta": {"error": meta_error},
     }

@@ -7,7 +7,7 @@ exits. Every message still gets a fresh process; it just starts warm. Jobs that 
 scripts (``bash`` cells, ``isolation: spawn``) are forked here too and ``exec`` their program,
 so every cell process has this clean helper as its parent, never the daemon.
 
-It is a standalone stdlib-only script, never imported by the daemon: ``cells/code/process.py``
+It is a standalone stdlib-only script, never imported by the daemon: ``cells/code/zygote_client.py``
 starts it as ``INTERPRETER -c BOOTSTRAP zygote.py FD`` (the bootstrap drops the working
 directory from ``sys.path``, so this folder's modules are never importable by scripts) and
 talks to it over the Unix stream socket ``FD``. Its fds 0-2 must be pipes: the std streams the

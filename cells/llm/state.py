@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
+from cells.cellfile import ParamsOverlay, open_cell_db
 from cells.llm.system import JsonObject, SystemWrite
 from cells.text import dumps_sorted
 from colony.config import reading
@@ -18,8 +18,6 @@ CREATE TABLE IF NOT EXISTS system (slot_path TEXT PRIMARY KEY, value TEXT NOT NU
 CREATE TABLE IF NOT EXISTS last_input (id INTEGER PRIMARY KEY CHECK (id = 1),
                                        message_json TEXT NOT NULL, received_at INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS params (key TEXT PRIMARY KEY, value TEXT NOT NULL,
-                                   updated_at INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS native (call_key TEXT PRIMARY KEY, provider TEXT NOT NULL,
                                    value TEXT NOT NULL, updated_at INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '1');
@@ -63,12 +61,9 @@ class LlmState:
     """One connection, owned by the cell's single task."""
 
     def __init__(self, folder: Path | None) -> None:
-        db = ":memory:" if folder is None else str(folder / "cell.db")
-        fresh = db == ":memory:" or not Path(db).exists()
-        self.conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn, fresh = open_cell_db(folder)
         self.conn.executescript(_DDL)
+        self.params = ParamsOverlay(self.conn, "params")
         if fresh and folder is not None:
             seed = folder / "seed" / "system.jsonl"
             if seed.is_file():
@@ -151,15 +146,10 @@ class LlmState:
         return json.loads(row[0]) if row else None
 
     def overlay(self) -> dict[str, Any]:
-        return {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM params")}
+        return self.params.read()
 
     def save_overlay(self, update: dict[str, Any]) -> None:
-        now = int(time.time())
-        self.conn.executemany(
-            "INSERT INTO params(key, value, updated_at) VALUES (?, ?, ?) ON CONFLICT(key) DO "
-            "UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
-            [(k, dumps_sorted(v), now) for k, v in update.items()],
-        )
+        self.params.save(update)
 
 
 def _call_key(calls: list[str] | tuple[str, ...]) -> str:

@@ -17,7 +17,6 @@ token) are scrubbed by a logging filter while a proxy cell is alive.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import re
@@ -40,6 +39,7 @@ from telegram.error import (
 )
 from telegram.request import HTTPXRequest
 
+from cells.cellfile import ParamsOverlay, QueryTimeout, open_cell_db
 from cells.proxy.params import IMMUTABLE_KEYS, MUTABLE_KEYS, ProxyParams
 from cells.redact import Redactor
 from colony.cell import CellContext, CellSpec, Emission
@@ -169,29 +169,17 @@ def split_message(text: str, limit: int = TELEGRAM_MAX_MESSAGE) -> list[str]:
 # -- cell.db -------------------------------------------------------------------------------------
 
 
-class QueryTimeout(Exception):
-    """A ``cell.db`` operation could not get the database within ``query_timeout_ms``."""
-
-
 class _CellDb:
     """``update_cursor(id=1, offset)``, the parts already sent (``sent_parts``, so a message
     redelivered after a crash is not sent twice) and the runtime params overlay, one writer at
     a time."""
 
     def __init__(self, folder: Path | None, query_timeout_ms: int) -> None:
-        target = ":memory:" if folder is None else str(Path(folder) / "cell.db")
-        self.conn = sqlite3.connect(
-            target,
-            isolation_level=None,
-            check_same_thread=False,
-            timeout=query_timeout_ms / 1000,
-        )
+        self.conn, _ = open_cell_db(folder, busy_timeout_ms=query_timeout_ms)
         self.lock = asyncio.Lock()
         self.guard = threading.Lock()
         """Held by the thread using the connection; close() takes it too."""
         try:
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.execute(
                 "CREATE TABLE IF NOT EXISTS update_cursor "
                 "(id INTEGER PRIMARY KEY CHECK (id = 1), offset INTEGER NOT NULL)"
@@ -203,10 +191,7 @@ class _CellDb:
             self.conn.execute(
                 "DELETE FROM sent_parts WHERE at < ?", (int(time.time()) - 7 * 24 * 3600,)
             )
-            self.conn.execute(
-                "CREATE TABLE IF NOT EXISTS proxy_params "
-                "(key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at INTEGER NOT NULL)"
-            )
+            self.params = ParamsOverlay(self.conn, "proxy_params")
         except sqlite3.Error:
             self.conn.close()
             raise
@@ -216,8 +201,7 @@ class _CellDb:
         return int(row[0]) if row else 0
 
     def overlay(self) -> dict[str, Any]:
-        rows = self.conn.execute("SELECT key, value FROM proxy_params").fetchall()
-        return {str(key): json.loads(value) for key, value in rows}
+        return self.params.read()
 
     async def _call(self, work: Callable[[], None], timeout_ms: int) -> None:
         def run() -> None:
@@ -269,19 +253,7 @@ class _CellDb:
         await self._call(work, timeout_ms)
 
     async def save_overlay(self, values: dict[str, Any], timeout_ms: int) -> None:
-        now = int(time.time())
-
-        def work() -> None:
-            with self.conn:  # one transaction: all keys or none
-                self.conn.execute("BEGIN IMMEDIATE")
-                self.conn.executemany(
-                    "INSERT INTO proxy_params (key, value, updated_at) VALUES (?, ?, ?) "
-                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value, "
-                    "updated_at = excluded.updated_at",
-                    [(key, json.dumps(value), now) for key, value in values.items()],
-                )
-
-        await self._call(work, timeout_ms)
+        await self._call(lambda: self.params.save(values), timeout_ms)
 
     async def close(self) -> None:
         async with self.lock:

@@ -23,9 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cells.store.ops import WRITES, ArgsError, Plan, UnknownName, parse_call, plan
+from cells.cellfile import ParamsOverlay, QueryTimeout, bounded, open_cell_db
+from cells.store.ops import WRITES, ArgsError, Plan, UnknownName, bind, parse_call, plan
 from cells.store.params import SQL_TYPES, StoreParams, read_seed
 from cells.text import dumps_sorted
+from cells.toolcall import tool_error, tool_result
 from colony.cell import CellSpec, Emission
 from colony.crashpoints import crash_point
 from colony.envelope import Envelope, JsonObject
@@ -60,26 +62,17 @@ class StoreCell:
         self.schema: dict[str, dict[str, str]] = {
             t: dict(cols) for t, cols in self.params.schema_.items()
         }
-        db = ":memory:" if spec.folder is None else str(Path(spec.folder) / "cell.db")
-        fresh = db == ":memory:" or not Path(db).exists()
-        self.conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.execute("PRAGMA busy_timeout=5000")
+        self.conn, fresh = open_cell_db(spec.folder)
+        self.overlay = ParamsOverlay(self.conn, _PARAMS_TABLE)
         self.query_timeout_ms = self.params.query_timeout_ms
         self.receipts = spec.colony is None or spec.colony.delivery == "at_least_once"
         """Record a receipt per write (only redelivery needs them)."""
-        self._deadline = 0.0
         self._prepare(fresh, spec.folder)
 
     # -- the database ---------------------------------------------------------------------
 
     def _prepare(self, fresh: bool, folder: Path | None) -> None:
         conn = self.conn
-        conn.execute(
-            f'CREATE TABLE IF NOT EXISTS "{_PARAMS_TABLE}" '
-            "(key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at INTEGER NOT NULL)"
-        )
         conn.execute(
             f'CREATE TABLE IF NOT EXISTS "{_RECEIPTS_TABLE}" '
             "(message_id TEXT PRIMARY KEY, reply TEXT NOT NULL, at INTEGER NOT NULL)"
@@ -97,9 +90,7 @@ class StoreCell:
                 continue
             info = conn.execute(f'PRAGMA table_info("{name}")').fetchall()
             self.schema[name] = {row[1]: _TYPE_BACK.get(row[2], "text") for row in info}
-        for key, value in conn.execute(f'SELECT key, value FROM "{_PARAMS_TABLE}"').fetchall():
-            if key == "query_timeout_ms":
-                self.query_timeout_ms = json.loads(value)
+        self.query_timeout_ms = self.overlay.read().get("query_timeout_ms", self.query_timeout_ms)
         if fresh and folder is not None:
             self._seed(Path(folder))
 
@@ -123,8 +114,6 @@ class StoreCell:
                 f'INSERT INTO "{table}" ({", ".join(f"{chr(34)}{c}{chr(34)}" for c in names)}) '
                 f"VALUES ({', '.join('?' for _ in names)})"
             )
-            from cells.store.ops import bind
-
             self.conn.execute("BEGIN")
             self.conn.executemany(sql, [[bind(row.get(c)) for c in names] for row in rows])
             self.conn.execute("COMMIT")
@@ -199,27 +188,19 @@ class StoreCell:
             return _result(str(operation), 0, started, exc.text, call_id, exc.code)
         try:
             rows_affected, payload = self._execute(step)
-        except sqlite3.OperationalError as exc:
-            if "interrupted" in str(exc):
-                return _error(
-                    step.operation, "query_timeout", "query exceeded query_timeout_ms", ""
-                )
-            return _result(step.operation, 0, started, str(exc), call_id, _classify(exc))
+        except QueryTimeout:
+            return _error(step.operation, "query_timeout", "query exceeded query_timeout_ms", "")
         except sqlite3.Error as exc:
             return _result(step.operation, 0, started, str(exc), call_id, _classify(exc))
         except OverflowError as exc:
             return _result(step.operation, 0, started, str(exc), call_id, "type_mismatch")
         return _result(step.operation, rows_affected, started, payload, call_id, None)
 
-    def _progress(self) -> int:
-        return 1 if time.monotonic() > self._deadline else 0
-
     def _execute(self, step: Plan) -> tuple[int, str]:
+        """The step's rows affected and reply text; raises :class:`QueryTimeout` past
+        ``query_timeout_ms``."""
         conn = self.conn
-        if self.query_timeout_ms:
-            self._deadline = time.monotonic() + self.query_timeout_ms / 1000
-            conn.set_progress_handler(self._progress, 1000)
-        try:
+        with bounded(conn, self.query_timeout_ms):
             if step.operation == "create_table":
                 self._ensure_table(step.table, step.new_columns)
                 self.schema.setdefault(step.table, {}).update(step.new_columns)
@@ -232,9 +213,6 @@ class StoreCell:
                 ]
                 return len(rows), dumps_sorted(rows)
             return cursor.rowcount, "null"
-        finally:
-            if self.query_timeout_ms:
-                conn.set_progress_handler(None, 0)
 
     def _update_params(self, update: Any) -> str | None:
         if not isinstance(update, dict):
@@ -247,16 +225,8 @@ class StoreCell:
                 not isinstance(value, int) or isinstance(value, bool) or value < 1
             ):
                 return "params.query_timeout_ms must be an integer >= 1 or null"
-        now = int(time.time())
-        for key, value in update.items():
-            self.conn.execute(
-                f'INSERT INTO "{_PARAMS_TABLE}"(key, value, updated_at) VALUES (?, ?, ?) '
-                "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
-                "updated_at = excluded.updated_at",
-                (key, json.dumps(value), now),
-            )
-            if key == "query_timeout_ms":
-                self.query_timeout_ms = value
+        self.overlay.save(update)
+        self.query_timeout_ms = update.get("query_timeout_ms", self.query_timeout_ms)
         return None
 
 
@@ -288,20 +258,9 @@ def _result(
     }
     if error_code is not None:
         header["error_code"] = error_code
-    return {
-        "header": header,
-        "messages": [{"origin": "tool", "type": "tool_result", "text": text, "id": call_id}],
-    }
+    return tool_result(text, call_id, header)
 
 
 def _error(operation: str, code: str, text: str, call_id: str) -> JsonObject:
-    return {
-        "header": {
-            "operation": operation,
-            "rows_affected": 0,
-            "duration_ms": 0,
-            "finish_reason": "error",
-            "error_code": code,
-        },
-        "messages": [{"origin": "tool", "type": "tool_result", "text": text, "id": call_id}],
-    }
+    header: JsonObject = {"operation": operation, "rows_affected": 0, "duration_ms": 0}
+    return tool_error(code, text, call_id, header)

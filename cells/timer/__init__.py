@@ -3,7 +3,8 @@ that fire source messages."""
 
 from __future__ import annotations
 
-from cells.timer.cell import Clock, SystemClock, TimerCell, TimerParams
+from cells.timer.cell import Clock, SystemClock, TimerCell
+from cells.timer.params import TimerParams
 from colony.cell import CellClass, CellType, pydantic_check
 
 TIMER = CellType(

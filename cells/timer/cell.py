@@ -15,41 +15,30 @@ a one-shot ``completed``) is written before the emission. Missed firings are nev
 cron schedule is planned strictly after *now*, and a one-shot whose time passed while the
 daemon was down stays unplanned (logged) at the next start.
 
-Time comes from a :class:`Clock`, so tests can drive the loop with a fake one.
+Time comes from a :class:`Clock`, so tests can drive the loop with a fake one. The ops are read
+by :mod:`cells.timer.ops`, the params by :mod:`cells.timer.params`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
 import sqlite3
-import time
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Annotated, Any, Protocol
+from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic_core import PydanticCustomError
-
-from cells.bash import ToolCallError, parse_tool_call, tool_result
+from cells.cellfile import ParamsOverlay, QueryTimeout, bounded, open_cell_db
 from cells.text import dumps_sorted
-from cells.timer.cron import CronError, CronExpr
+from cells.timer.cron import CronExpr
+from cells.timer.ops import Op, OpError, parse_at, parse_op, rfc3339
+from cells.timer.params import TimerParams, update_problem
+from cells.toolcall import ToolFailure, parse_tool_call, result_turn
 from colony.cell import CellContext, CellSpec, Emission
 from colony.envelope import Envelope, JsonObject
 from colony.ids import uuid7
-from colony.ubf import body_problem
 
-__all__ = ["Clock", "SystemClock", "TimerCell", "TimerParams", "rfc3339"]
-
-_OPS = ("add", "modify", "remove", "trigger")
-_CARRIERS = frozenset({"messages", "system", "attachments", "header", "meta"})
-_RFC3339 = re.compile(
-    r"^(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})$"
-)
-_MUTABLE_PARAMS = ("query_timeout_ms",)
+__all__ = ["Clock", "SystemClock", "TimerCell"]
 
 
 # -- time ---------------------------------------------------------------------------------------
@@ -86,181 +75,6 @@ class SystemClock:
         return True
 
 
-def rfc3339(when: datetime, *, millis: bool = False) -> str:
-    """``2099-01-01T09:00:00Z`` (or ``…:00.000Z``) for an aware datetime."""
-    naive = when.astimezone(UTC).replace(tzinfo=None)
-    if millis:
-        return naive.isoformat(timespec="milliseconds") + "Z"
-    return naive.replace(microsecond=0).isoformat() + "Z"
-
-
-def _parse_at(text: str) -> datetime:
-    match = _RFC3339.match(text)
-    if match is None:
-        raise ValueError(f"{text!r} is not an RFC 3339 time such as 2099-01-01T09:00:00Z")
-    day, clock, fraction, zone = match.groups()
-    micros = (fraction or "")[:6].ljust(6, "0")
-    offset = "+00:00" if zone in ("Z", "z") else zone
-    try:
-        parsed = datetime.fromisoformat(f"{day}T{clock}.{micros}{offset}")
-    except ValueError as exc:
-        raise ValueError(f"{text!r}: {exc}") from None
-    parsed = parsed.astimezone(UTC)
-    return parsed.replace(microsecond=parsed.microsecond // 1000 * 1000)  # stored to the ms
-
-
-# -- ops ----------------------------------------------------------------------------------------
-
-
-class OpError(Exception):
-    """An op that is answered with ``timer_op_error``."""
-
-    def __init__(self, code: str, detail: str) -> None:
-        super().__init__(detail)
-        self.code = code
-        self.detail = detail
-
-
-@dataclass(frozen=True, slots=True)
-class Op:
-    """One parsed op; for ``modify``, None means "leave as it is"."""
-
-    op: str
-    schedule_id: str
-    """Canonical (lower-case, hyphenated) form."""
-    schedule_name: str | None = None
-    cron: str | None = None
-    at: datetime | None = None
-    emit_to: str | None = None
-    emit_body: JsonObject | None = None
-    emit_headers: JsonObject | None = None
-
-
-def _no_op_object(value: JsonObject) -> str:
-    slots = sorted(value)
-    named = ", ".join(slots) or "nothing"
-    if all(slot in _CARRIERS for slot in slots):
-        return (
-            f"no op in the body: it carries only {named}. Send the op either as top-level "
-            "body fields (op, schedule_id, …) or as the JSON arguments of one tool_call turn"
-        )
-    return f"no op in the body: found {named}, but neither op nor schedule_id"
-
-
-def _string(value: JsonObject, key: str, *, required: bool) -> str | None:
-    item = value.get(key)
-    if item is None:
-        if required:
-            raise OpError("parse_error", f"{key}: required")
-        return None
-    if not isinstance(item, str) or not item:
-        raise OpError("parse_error", f"{key}: must be a non-empty string")
-    return item
-
-
-def _cron(value: JsonObject) -> str | None:
-    text = _string(value, "cron", required=False)
-    if text is not None:
-        try:
-            CronExpr.parse(text)
-        except CronError as exc:
-            raise OpError("invalid_cron", f"cron: invalid expression: {exc}") from None
-    return text
-
-
-def _at(value: JsonObject) -> datetime | None:
-    text = _string(value, "at", required=False)
-    if text is None:
-        return None
-    try:
-        return _parse_at(text)
-    except ValueError as exc:
-        raise OpError("parse_error", f"at: {exc}") from None
-
-
-def parse_op(value: Any) -> Op:
-    """Read one op object (the body's top level, or a tool call's arguments)."""
-    if not isinstance(value, dict):
-        raise OpError("parse_error", "the op must be a JSON object")
-    if "op" not in value and "schedule_id" not in value:
-        raise OpError("parse_error", _no_op_object(value))
-    op = value.get("op", "add")
-    if op not in _OPS:
-        raise OpError("parse_error", f"op: unknown value {op!r} (use one of {', '.join(_OPS)})")
-    raw_id = value.get("schedule_id")
-    if not isinstance(raw_id, str):
-        raise OpError("parse_error", "schedule_id: required (a UUID string)")
-    try:
-        schedule_id = str(uuid.UUID(raw_id))
-    except ValueError:
-        raise OpError("parse_error", f"schedule_id: {raw_id!r} is not a UUID") from None
-    if op in ("remove", "trigger"):
-        return Op(op, schedule_id)
-    if op == "modify":
-        return Op(
-            op,
-            schedule_id,
-            schedule_name=_string(value, "schedule_name", required=False),
-            cron=_cron(value),
-            at=_at(value),
-            emit_to=_string(value, "emit_to", required=False),
-        )
-    name = _string(value, "schedule_name", required=True)
-    cron, at = _cron(value), _at(value)
-    if (cron is None) == (at is None):
-        raise OpError("parse_error", "exactly one of cron or at is required")
-    emit_to = _string(value, "emit_to", required=True)
-    if "emit_body" not in value:
-        raise OpError("parse_error", "emit_body: required")
-    body = value["emit_body"]
-    problem = body_problem(
-        {k: v for k, v in body.items() if k != "header"} if isinstance(body, dict) else body
-    )
-    if problem is not None:
-        raise OpError("parse_error", f"emit_body: {problem}")
-    headers = value.get("emit_headers")
-    if headers is not None and not isinstance(headers, dict):
-        raise OpError("parse_error", "emit_headers: must be an object")
-    return Op(op, schedule_id, name, cron, at, emit_to, body, headers or {})
-
-
-# -- params -------------------------------------------------------------------------------------
-
-
-class TimerParams(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
-
-    query_timeout_ms: Annotated[int, Field(ge=1)] = 5000
-    """A cell.db operation running longer is interrupted (``query_timeout``); changeable at
-    runtime with a ``params`` body slot."""
-    schedules: list[dict[str, Any]] = Field(default_factory=list)
-    """``add`` ops stored when ``cell.db`` is created; ignored on every later start."""
-
-    @field_validator("schedules")
-    @classmethod
-    def _seeds(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        seen: set[str] = set()
-        for index, entry in enumerate(value):
-            try:
-                op = parse_op(entry)
-            except OpError as exc:
-                raise PydanticCustomError(
-                    "invalid_schedule", "schedules[{i}]: {d}", {"i": index, "d": exc.detail}
-                ) from None
-            if op.op != "add":
-                raise PydanticCustomError(
-                    "invalid_schedule", "schedules[{i}]: a seed must be an add op", {"i": index}
-                )
-            if op.schedule_id in seen:
-                raise PydanticCustomError(
-                    "invalid_schedule",
-                    "schedules[{i}]: schedule_id {s} appears twice",
-                    {"i": index, "s": op.schedule_id},
-                )
-            seen.add(op.schedule_id)
-        return value
-
-
 # -- the database -------------------------------------------------------------------------------
 
 _SCHEMA = """
@@ -276,11 +90,6 @@ CREATE TABLE IF NOT EXISTS schedules (
     status        TEXT NOT NULL CHECK (status IN ('active', 'completed', 'removed')),
     iteration_n   INTEGER NOT NULL DEFAULT 0,
     created_at    TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS timer_params (
-    key        TEXT PRIMARY KEY,
-    value      TEXT NOT NULL,
-    updated_at INTEGER NOT NULL
 );
 """
 
@@ -319,10 +128,6 @@ def _row(values: tuple[Any, ...]) -> Row:
     )
 
 
-class _QueryTimeout(Exception):
-    pass
-
-
 @dataclass(frozen=True, slots=True)
 class _Planned:
     moment: tuple[str, str]
@@ -339,20 +144,14 @@ class TimerCell:
         self.path = spec.path
         self.log = spec.log
         self.clock: Clock = clock or SystemClock()
-        db = ":memory:" if spec.folder is None else str(Path(spec.folder) / "cell.db")
-        fresh = db == ":memory:" or not Path(db).exists()
-        self.conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.execute("PRAGMA busy_timeout=5000")
+        self.conn, fresh = open_cell_db(spec.folder)
         self.conn.executescript(_SCHEMA)
-        self.query_timeout_ms = self.params.query_timeout_ms
-        for key, value in self.conn.execute("SELECT key, value FROM timer_params"):
-            if key == "query_timeout_ms":
-                self.query_timeout_ms = json.loads(value)
+        self.overlay = ParamsOverlay(self.conn, "timer_params")
+        self.query_timeout_ms: int = self.overlay.read().get(
+            "query_timeout_ms", self.params.query_timeout_ms
+        )
         if fresh:
             self._seed()
-        self._deadline = 0.0
         self._crons: dict[str, CronExpr] = {}
         self._plan: dict[str, _Planned] = {}
         self._changed = asyncio.Event()
@@ -376,20 +175,10 @@ class TimerCell:
 
     # -- cell.db, under query_timeout_ms ---------------------------------------------------
 
-    def _progress(self) -> int:
-        return 1 if time.monotonic() > self._deadline else 0
-
     def _query(self, sql: str, values: tuple[Any, ...] = ()) -> sqlite3.Cursor:
-        self._deadline = time.monotonic() + self.query_timeout_ms / 1000
-        self.conn.set_progress_handler(self._progress, 1000)
-        try:
+        """One statement, interrupted past ``query_timeout_ms`` (:class:`QueryTimeout`)."""
+        with bounded(self.conn, self.query_timeout_ms):
             return self.conn.execute(sql, values)
-        except sqlite3.OperationalError as exc:
-            if "interrupted" in str(exc):
-                raise _QueryTimeout from None
-            raise
-        finally:
-            self.conn.set_progress_handler(None, 0)
 
     def _load(self, schedule_id: str) -> Row | None:
         found = self._query(
@@ -443,7 +232,7 @@ class TimerCell:
             if kind == "cron":
                 due = self._expr(cron).next_after(now)
             else:
-                due = _parse_at(at)
+                due = parse_at(at)
                 if boot and due <= now:
                     self._note("timer_at_passed", schedule_id=schedule_id, at=at)
                     due = None
@@ -509,7 +298,7 @@ class TimerCell:
                     "UPDATE schedules SET iteration_n = iteration_n + 1 WHERE schedule_id = ?",
                     (schedule_id,),
                 )
-        except _QueryTimeout:
+        except QueryTimeout:
             self._note("timer_fire_skipped", schedule_id=schedule_id, reason="query_timeout")
             return
         header = dict(row.emit_headers)
@@ -550,8 +339,8 @@ class TimerCell:
         if tool:
             try:
                 value, call_id = parse_tool_call(body)
-            except ToolCallError as exc:
-                return _op_error("parse_error", str(exc), exc.call_id, None, True)
+            except ToolFailure as failure:
+                return _op_error("parse_error", failure.text, failure.call_id, None, True)
         named = value.get("schedule_id") if isinstance(value, dict) else None
         named = named if isinstance(named, str) else None
         try:
@@ -562,7 +351,7 @@ class TimerCell:
                 self._replan(self.clock.now())  # a triggered one-shot is done
         except OpError as exc:
             return _op_error(exc.code, exc.detail, call_id, named, tool)
-        except _QueryTimeout:
+        except QueryTimeout:
             detail = f"{value.get('op', 'add')}: query exceeded query_timeout_ms"
             return _op_error("query_timeout", detail, call_id, named, tool)
         if not tool:
@@ -570,12 +359,12 @@ class TimerCell:
         text = dumps_sorted({"op": op.op, "schedule_id": op.schedule_id, "status": "ok"})
         return {
             "header": {"msg_type": "timer_op_ack", "op": op.op, "schedule_id": op.schedule_id},
-            "messages": [tool_result(text, call_id)],
+            "messages": [result_turn(text, call_id)],
         }
 
     def _apply(self, op: Op) -> None:
         """Carry out ``op`` in cell.db and the plan (a trigger only checks); raises
-        :class:`OpError` or :class:`_QueryTimeout`."""
+        :class:`OpError` or :class:`QueryTimeout`."""
         now = self.clock.now()
         sid = op.schedule_id
         if op.op == "add":
@@ -642,25 +431,11 @@ class TimerCell:
             )
 
     def _update_params(self, update: Any) -> str | None:
-        if not isinstance(update, dict):
-            return "params must be an object"
-        for key, value in update.items():
-            if key not in _MUTABLE_PARAMS:
-                mutable = ", ".join(_MUTABLE_PARAMS)
-                return f"params.{key} cannot be changed at runtime (mutable: {mutable})"
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                return f"params.{key} must be an integer >= 1"
-        now = int(time.time())
-        for key, value in update.items():
-            self.conn.execute(
-                "INSERT INTO timer_params (key, value, updated_at) VALUES (?, ?, ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value, "
-                "updated_at = excluded.updated_at",
-                (key, json.dumps(value), now),
-            )
-            if key == "query_timeout_ms":
-                self.query_timeout_ms = value
-        return None
+        problem = update_problem(update)
+        if problem is None:
+            self.overlay.save(update)
+            self.query_timeout_ms = update.get("query_timeout_ms", self.query_timeout_ms)
+        return problem
 
 
 def _moment_of(op: Op) -> tuple[str, str]:
@@ -680,5 +455,5 @@ def _op_error(
     messages: list[JsonObject] = []
     if tool:
         header["finish_reason"] = "error"
-        messages.append(tool_result(detail, call_id))
+        messages.append(result_turn(detail, call_id))
     return {"header": header, "messages": messages, "meta": {"detail": detail}}

@@ -38,17 +38,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cells.redact import Redactor
 from cells.text import cut_visibly, utf8_len
-from cells.web.common import (
-    ToolFailure,
-    human_duration,
-    lossy_utf8,
-    lossy_utf8_prefix,
-    parse_tool_call,
-    read_capped,
-    string_arg,
-    tool_error,
-    tool_result,
-)
+from cells.toolcall import ToolFailure, parse_tool_call, string_arg, tool_error, tool_result
+from cells.web.common import human_duration, lossy_utf8, lossy_utf8_prefix, read_capped
 from cells.web.ssrf import (
     IpAddress,
     Resolver,
@@ -223,10 +214,12 @@ class WebFetchCell:
     async def answer(self, body: Any) -> JsonObject:
         """The reply to one message body."""
         started = time.perf_counter()
-        call_id: str | None = None
         try:
             call = parse_tool_call(body)
-            call_id = call.id
+        except ToolFailure as failure:
+            return self._error(failure.code, failure.text, failure.call_id, started)
+        call_id = call.id
+        try:
             url = parse_url(string_arg(call.args, "url"))
             async with asyncio.timeout(self.params.external_timeout_ms / 1000):
                 fetched = await self.fetch(url)

@@ -26,17 +26,8 @@ from pydantic_core import PydanticCustomError
 
 from cells.redact import Redactor
 from cells.text import cut_visibly, dumps_sorted, utf8_len
-from cells.web.common import (
-    ToolFailure,
-    human_duration,
-    lossy_utf8,
-    lossy_utf8_prefix,
-    parse_tool_call,
-    read_capped,
-    string_arg,
-    tool_error,
-    tool_result,
-)
+from cells.toolcall import ToolFailure, parse_tool_call, string_arg, tool_error, tool_result
+from cells.web.common import human_duration, lossy_utf8, lossy_utf8_prefix, read_capped
 from colony.cell import CellSpec, Emission
 from colony.envelope import Envelope, JsonObject
 from colony.jsonwire import loads as loads_strict
@@ -146,10 +137,12 @@ class WebSearchCell:
     async def answer(self, body: Any) -> JsonObject:
         """The reply to one message body."""
         started = time.perf_counter()
-        call_id: str | None = None
         try:
             call = parse_tool_call(body)
-            call_id = call.id
+        except ToolFailure as failure:
+            return self._error(failure.code, failure.text, failure.call_id, started, {})
+        call_id = call.id
+        try:
             query = string_arg(call.args, "query")
             async with asyncio.timeout(self.params.external_timeout_ms / 1000):
                 return await self._search(query, started, call_id)

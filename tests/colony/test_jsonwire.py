@@ -10,14 +10,11 @@ from typing import Any
 
 import pytest
 
-from cells.bash import ToolCallError
-from cells.bash import parse_tool_call as bash_call
 from cells.llm.dialects.base import TranslateError
 from cells.llm.dialects.base import parse_call as llm_call
 from cells.store.ops import ArgsError
 from cells.store.ops import parse_call as store_call
-from cells.web.common import ToolFailure
-from cells.web.common import parse_tool_call as web_call
+from cells.toolcall import ToolFailure, parse_tool_call
 from colony.jsonwire import JsonRefused, loads
 
 NOT_STANDARD = [
@@ -50,9 +47,8 @@ def _tool_call(text: str) -> dict[str, Any]:
 
 
 READERS: list[tuple[str, Callable[[str], Any], type[Exception]]] = [
-    ("bash, file and timer", lambda text: bash_call(_tool_call(text)), ToolCallError),
+    ("bash, file, timer and web", lambda text: parse_tool_call(_tool_call(text)), ToolFailure),
     ("store", lambda text: store_call(_tool_call(text)["messages"]), ArgsError),
-    ("web_search and web_fetch", lambda text: web_call(_tool_call(text)), ToolFailure),
     (
         "llm (a replayed tool call's arguments)",
         lambda text: llm_call({"text": json.dumps({"name": "f", "arguments": text})}, 0),

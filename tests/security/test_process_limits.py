@@ -17,7 +17,8 @@ import pytest
 
 from cells.bash import BashCell
 from cells.code.isolation import PASSED_VARIABLES, job_environment
-from cells.code.process import Limits, Zygote, close_shared_zygotes, shared_zygote
+from cells.code.process import Limits
+from cells.code.zygote_client import Zygote, close_shared_zygotes, shared_zygote
 from colony.envelope import source_message
 from colony.testing import ColonyHarness, spec_for
 from tests.conftest import CONTRACT, TreeFactory, hive
@@ -375,7 +376,7 @@ async def test_a_running_jobs_escaped_grandchild_dies_when_the_daemon_is_killed(
     script = ESCAPE.format(pid_file=str(pid_file), tail="time.sleep(60)")
     daemon_code = (
         "import asyncio, sys\n"
-        "from cells.code.process import shared_zygote\n"
+        "from cells.code.zygote_client import shared_zygote\n"
         f"SCRIPT = {script!r}\n"
         "asyncio.run(shared_zygote(sys.executable).run(script=SCRIPT, stdin=b'', timeout=60))\n"
     )

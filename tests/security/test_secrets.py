@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cells.code.process import close_shared_zygotes
+from cells.code.zygote_client import close_shared_zygotes
 from colony.testing import ColonyHarness, ScriptedOpenAI, Status, text_reply
 from tests.conftest import CONTRACT, TreeFactory, hive
 

@@ -7,6 +7,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from cells.cellfile import connect
 from cells.llm.transcript.base import Record, StoreUnavailable, WriteOutcome
 
 _DDL = """
@@ -20,9 +21,10 @@ class SqliteStore:
 
     def __init__(self, path: Path | str) -> None:
         try:
-            self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA busy_timeout=5000")
+            # FULL, not the cell file's NORMAL: a turn's compare-and-set is answered to a client
+            # outside the colony, whose next call names that turn; a power cut must not take
+            # the write back.
+            self._conn = connect(path, synchronous="FULL")
             self._conn.execute(_DDL)
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"LLM transcript store unreachable - sqlite: {exc}") from None

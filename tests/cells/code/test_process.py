@@ -14,15 +14,8 @@ from typing import Any
 
 import pytest
 
-from cells.code.process import (
-    Limits,
-    ProcessError,
-    RunResult,
-    Zygote,
-    close_shared_zygotes,
-    run_spawned,
-    shared_zygote,
-)
+from cells.code.process import Limits, ProcessError, RunResult
+from cells.code.zygote_client import Zygote, close_shared_zygotes, run_spawned, shared_zygote
 from tests.processes import alive, eventually
 
 PYTHON = sys.executable

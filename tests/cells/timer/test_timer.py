@@ -420,7 +420,7 @@ async def test_a_tool_call_that_is_not_json_is_a_parse_error_on_its_id(timer: Ru
     assert reply["messages"][0]["id"] == "c7"
     code, detail = error_of(reply)
     assert code == "parse_error"
-    assert detail.startswith("tool_call text is not valid JSON")
+    assert detail.startswith("tool_call.text is not valid JSON")
 
 
 async def test_a_body_that_is_not_an_object_is_invalid_body(timer: Running) -> None:

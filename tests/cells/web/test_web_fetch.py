@@ -439,32 +439,38 @@ async def test_a_url_that_cannot_be_fetched_is_invalid_input(
 
 
 @pytest.mark.parametrize(
-    ("body", "text"),
+    ("body", "text", "call_id"),
     [
-        ({}, "body.messages[] missing or not an array"),
+        ({}, "body.messages[] missing or not an array", ""),
         (
             {"messages": [{"origin": "user", "type": "text", "text": "hi"}]},
             "no tool_call turn in messages[]",
+            "",
         ),
         (
             {"messages": [call({"url": "x"})["messages"][0]] * 2},
             "expected exactly one tool_call turn, found 2",
+            "",
         ),
         (
             {"messages": [{"origin": "assistant", "type": "tool_call", "id": "k"}]},
             "tool_call.text missing or not a string",
+            "k",
         ),
         (
             {"messages": [{"origin": "assistant", "type": "tool_call", "id": "k", "text": "[1]"}]},
             "tool_call.text JSON must be an object",
+            "k",
         ),
     ],
 )
-async def test_a_malformed_call_is_invalid_input_without_an_id(body: Any, text: str) -> None:
+async def test_a_malformed_call_is_invalid_input_on_its_id_once_its_turn_is_found(
+    body: Any, text: str, call_id: str
+) -> None:
     async with fetch_cell() as cell:
         reply = await cell.answer(body)
     assert error_of(reply) == ("invalid_input", text)
-    assert turn_of(reply)["id"] == ""
+    assert turn_of(reply)["id"] == call_id
     assert reply["header"]["operation"] == "web_fetch"
 
 

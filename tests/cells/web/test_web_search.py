@@ -314,7 +314,7 @@ async def test_a_bad_query_is_invalid_input_on_the_call_id(args: Any, text: str)
     assert server.requests == []
 
 
-async def test_a_malformed_call_is_invalid_input_without_an_id() -> None:
+async def test_a_call_that_is_not_json_is_invalid_input_on_its_id() -> None:
     async with search_cell("http://127.0.0.1:9/") as cell:
         reply = await cell.answer(
             {"messages": [{"origin": "assistant", "type": "tool_call", "id": "x", "text": "{"}]}
@@ -322,7 +322,7 @@ async def test_a_malformed_call_is_invalid_input_without_an_id() -> None:
     code, text = error_of(reply)
     assert code == "invalid_input"
     assert text.startswith("tool_call.text is not valid JSON: ")
-    assert turn_of(reply)["id"] == ""
+    assert turn_of(reply)["id"] == "x"
 
 
 async def test_an_unreachable_endpoint_is_an_io_error_that_does_not_quote_the_url() -> None:
