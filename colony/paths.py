@@ -150,7 +150,7 @@ class ColonyEndpoint:
     """One entry of :data:`COLONY_ENDPOINTS`."""
 
     path: str
-    """Normalised; a ``{name}`` segment stands for any one segment (``/colony/dead_letters/{id}``)."""
+    """Normalised; a ``{name}`` segment stands for any one segment (``{id}``, a letter's id)."""
     kind: EndpointKind
     about: str
     """What it serves, in a few words."""

@@ -124,13 +124,13 @@ def test_every_colony_path_has_one_kind_from_the_endpoint_table(
 
 def test_the_answering_endpoints_are_the_reads_of_the_table() -> None:
     reads = [e.path for e in COLONY_ENDPOINTS if e.kind is EndpointKind.READ]
-    assert ANSWERING == {
+    assert {
         "/colony/registry",
         "/colony/graph",
         "/colony/trace",
         "/colony/messages",
         "/colony/dead_letters",
-    }
+    } == ANSWERING
     assert len(reads) == len(ANSWERING)
 
 

@@ -62,9 +62,7 @@ def test_the_read_filters_cover_exactly_the_answering_endpoints_in_table_order()
 def colony_findings(found: Iterable[Diagnostic]) -> dict[str, str]:
     """``{target: code}`` of the ``colony_endpoint_*`` findings (the target is the message's
     third word: "edge endpoint <target> ...")."""
-    return {
-        d.message.split()[2]: d.code for d in found if d.code.startswith("colony_endpoint_")
-    }
+    return {d.message.split()[2]: d.code for d in found if d.code.startswith("colony_endpoint_")}
 
 
 def test_the_loader_and_validate_warn_about_an_edge_exactly_when_its_colony_path_answers_nothing(
