@@ -22,7 +22,6 @@ from aiohttp import web
 from colony import jsonwire, reads
 from colony.api_models import BodyRefused, post_message
 from colony.colony import Colony
-from colony.envelope import source_message
 from colony.httpguard import (
     BodyTimeout,
     Connections,
@@ -31,6 +30,7 @@ from colony.httpguard import (
     ServerLimits,
     read_body,
 )
+from colony.ingress import source_message_of
 from colony.openapi import document
 from colony.persist.db import PersistenceError, UnitRejected
 from colony.persist.escape import has_surrogate
@@ -142,7 +142,7 @@ class Api:
         raw = await read_body(request, self.limits)
         doc = await _parse(raw)
         try:
-            accepted = post_message(doc)
+            message = post_message(doc, self.colony.config)
         except BodyRefused as exc:
             status = 400 if exc.token == "invalid_json" else 422
             raise ApiError(status, exc.token, exc.detail) from None
@@ -151,10 +151,6 @@ class Api:
             raise ApiError(
                 refusal.status, refusal.token, refusal.detail, retry_after=refusal.retry_after_s
             )
-        ttl = accepted.ttl if accepted.ttl is not None else self.colony.config.message_default_ttl
-        message = source_message(
-            accepted.target, accepted.body, ttl=ttl, context=accepted.headers, hop=accepted.hop
-        )
         taken = await self.colony.send(message, key=None if key is None else f"http:{key}")
         if not taken:
             return json_response({"duplicate": True, "idempotency_key": key}, status=200)
@@ -209,10 +205,10 @@ class Api:
                 refusal.status, refusal.token, refusal.detail, retry_after=refusal.retry_after_s
             )
         dead = row.message
-        message = source_message(
+        message = source_message_of(
             dead.target,
             dead.body,
-            ttl=self.colony.config.message_default_ttl,
+            self.colony.config,
             context=dead.headers.context,
             hop=dead.headers.hop,
             trace_id=dead.trace_id,

@@ -3,18 +3,22 @@ describes them (:mod:`colony.openapi` reads these models; it never restates them
 
 ``POST /messages`` keeps meclaw's answer codes: which field failed decides the token
 (``invalid_target``, ``invalid_ubf_body``, ``invalid_headers``, ``invalid_hop``, ``invalid_ttl``),
-all 422. Keys beyond the five are ignored, as in meclaw.
+all 422. Keys beyond the five are ignored, as in meclaw. ``headers``, ``hop`` and ``ttl`` are
+checked by :mod:`colony.ingress`, as every door checks them; the model only describes them.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
+from colony.envelope import Envelope
+from colony.ingress import MAX_TTL, MIN_TTL, IngressRefused, source_message_of
 from colony.ubf import UBF_SCHEMA, body_problem
 
-MAX_TTL = 2**32 - 1
+if TYPE_CHECKING:
+    from colony.config.models import ColonyConfig
 
 _NULLABLE_OBJECT = {"type": "object", "nullable": True}
 
@@ -28,14 +32,15 @@ class PostMessage(BaseModel):
     """The path it is routed to (relative paths resolve against ``/``)."""
     body: Annotated[dict[str, Any], WithJsonSchema(UBF_SCHEMA)]
     """A UBF body."""
-    headers: Annotated[dict[str, Any] | None, WithJsonSchema(_NULLABLE_OBJECT)] = None
+    headers: Annotated[Any, WithJsonSchema(_NULLABLE_OBJECT)] = None
     """Becomes the message's ``context``."""
-    hop: Annotated[dict[str, Any] | None, WithJsonSchema(_NULLABLE_OBJECT)] = None
+    hop: Annotated[Any, WithJsonSchema(_NULLABLE_OBJECT)] = None
     """Becomes the message's ``hop``."""
     ttl: Annotated[
-        int | None,
-        Field(ge=1, le=MAX_TTL),
-        WithJsonSchema({"type": "integer", "minimum": 1, "maximum": MAX_TTL, "nullable": True}),
+        Any,
+        WithJsonSchema(
+            {"type": "integer", "minimum": MIN_TTL, "maximum": MAX_TTL, "nullable": True}
+        ),
     ] = None
     """Routing budget; ``colony.json message_default_ttl`` when absent."""
 
@@ -43,9 +48,6 @@ class PostMessage(BaseModel):
 _REFUSALS = {
     "target": ("invalid_target", "target must be a non-empty path string"),
     "body": ("invalid_ubf_body", "body must be a JSON object holding a UBF body"),
-    "headers": ("invalid_headers", "headers must be an object (it becomes context) or null"),
-    "hop": ("invalid_hop", "hop must be an object or null"),
-    "ttl": ("invalid_ttl", f"ttl must be a whole number in 1..{MAX_TTL}"),
 }
 
 
@@ -58,8 +60,10 @@ class BodyRefused(ValueError):
         self.detail = detail
 
 
-def post_message(doc: Any) -> PostMessage:
-    """The validated request, or :class:`BodyRefused` with meclaw's token for the field."""
+def post_message(doc: Any, config: ColonyConfig) -> Envelope:
+    """The source message ``doc`` asks for, or :class:`BodyRefused` with meclaw's token for
+    the first field refused (in the order target, body, headers, hop, ttl, then the UBF rules
+    of the body)."""
     if not isinstance(doc, dict):
         raise BodyRefused("invalid_json", "the body must be a JSON object")
     if "body" not in doc:
@@ -72,7 +76,19 @@ def post_message(doc: Any) -> PostMessage:
         if field == "target" and "target" not in doc:
             detail = "target is required"
         raise BodyRefused(token, detail) from None
+    try:
+        message = source_message_of(
+            request.target,
+            request.body,
+            config,
+            ttl=request.ttl,
+            context=request.headers,
+            hop=request.hop,
+            context_key="headers",
+        )
+    except IngressRefused as exc:
+        raise BodyRefused(exc.code, exc.detail) from None
     problem = body_problem(request.body)
     if problem is not None:
         raise BodyRefused("invalid_ubf_body", problem)
-    return request
+    return message

@@ -2,7 +2,8 @@
 
     ColonyError                 base; every subclass has a stable snake_case ``code``
     ├── ConfigError             a colony tree that cannot be loaded (boot or --validate)
-    └── BootError               a tree that loaded but cannot run (a worker cannot start)
+    ├── BootError               a tree that loaded but cannot run (a worker cannot start)
+    └── IngressRefused          a message from outside refused at a door (colony.ingress)
 
 Errors a *user* causes are reported with the file, the key, what is wrong and how to fix it;
 they never reach the user as a traceback. Bugs in the daemon itself are not ColonyErrors.

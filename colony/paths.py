@@ -12,17 +12,29 @@ shell-like rules:
 * names compare in Unicode NFC, as the loader turns folder names into paths: a target written
   in NFD (as macOS spells ``café``) reaches the same cell.
 
+``/colony`` and everything under it address the daemon, not a cell. :data:`COLONY_ENDPOINTS` is
+the one list of what is there: which paths answer a routed message (the reads), which are served
+over HTTP only, and ``/colony`` itself, which is no endpoint. The router, the loader (and so
+``--validate``), the HTTP API and the read filters all take it from here.
+
 Resolution is pure string work that never raises: it runs once per routed message,
 so it avoids regexes and :mod:`pathlib` and keeps an already-normal path cheap.
 """
 
 from __future__ import annotations
 
+import enum
 import unicodedata
+from dataclasses import dataclass
 
 __all__ = [
+    "ANSWERING",
     "COLONY_ENDPOINT",
+    "COLONY_ENDPOINTS",
     "ROOT",
+    "ColonyEndpoint",
+    "EndpointKind",
+    "colony_endpoint_kind",
     "is_absolute",
     "is_colony_endpoint",
     "join",
@@ -114,3 +126,79 @@ def join(base: str, *segments: str) -> str:
 def is_colony_endpoint(path: str) -> bool:
     """Whether the normalised ``path`` addresses the daemon's own ``/colony`` subtree."""
     return path == COLONY_ENDPOINT or path.startswith(_COLONY_PREFIX)
+
+
+# -- the /colony endpoints --------------------------------------------------------------------
+
+
+class EndpointKind(enum.Enum):
+    """What a path under ``/colony`` is, as the router, the loader and the API see it."""
+
+    INVALID = "invalid"
+    """``/colony`` itself names the subtree, not an endpoint: a message to it is dead-lettered
+    ``colony_endpoint_invalid``."""
+    READ = "read"
+    """Answers a routed message (to its ``reply_to``) with the body its ``GET`` serves."""
+    HTTP_ONLY = "http_only"
+    """Served over HTTP only: a message to it is dead-lettered ``colony_endpoint_unimplemented``."""
+    UNKNOWN = "unknown"
+    """In the subtree but no endpoint at all: routed like :attr:`HTTP_ONLY`."""
+
+
+@dataclass(frozen=True, slots=True)
+class ColonyEndpoint:
+    """One entry of :data:`COLONY_ENDPOINTS`."""
+
+    path: str
+    """Normalised; a ``{name}`` segment stands for any one segment (``{id}``, a letter's id)."""
+    kind: EndpointKind
+    about: str
+    """What it serves, in a few words."""
+
+
+COLONY_ENDPOINTS: tuple[ColonyEndpoint, ...] = (
+    ColonyEndpoint(COLONY_ENDPOINT, EndpointKind.INVALID, "the subtree itself"),
+    ColonyEndpoint("/colony/registry", EndpointKind.READ, "the cells, their types and states"),
+    ColonyEndpoint("/colony/graph", EndpointKind.READ, "the nodes and edges inside a scope"),
+    ColonyEndpoint("/colony/trace", EndpointKind.READ, "the message-log rows of a trace"),
+    ColonyEndpoint("/colony/messages", EndpointKind.READ, "the message log, newest first"),
+    ColonyEndpoint(
+        "/colony/dead_letters", EndpointKind.READ, "the dead letters (HTTP DELETE drains them)"
+    ),
+    ColonyEndpoint(
+        "/colony/dead_letters/{id}", EndpointKind.HTTP_ONLY, "one dead letter and its message"
+    ),
+    ColonyEndpoint(
+        "/colony/dead_letters/{id}/replay", EndpointKind.HTTP_ONLY, "re-drive a dead letter"
+    ),
+    ColonyEndpoint("/colony/cells/revive", EndpointKind.HTTP_ONLY, "revive a failed cell"),
+    ColonyEndpoint("/colony/events", EndpointKind.HTTP_ONLY, "the event stream (not yet served)"),
+)
+"""Every ``/colony`` endpoint, the reads in the order the API documents them."""
+
+ANSWERING: frozenset[str] = frozenset(
+    e.path for e in COLONY_ENDPOINTS if e.kind is EndpointKind.READ
+)
+"""The paths that answer a routed message; a message to any other ``/colony`` path is
+dead-lettered, and ``--validate`` warns about an edge that names one."""
+
+
+def _matches(pattern: str, path: str) -> bool:
+    want = pattern.split("/")
+    have = path.split("/")
+    return len(want) == len(have) and all(
+        w == h or (w.startswith("{") and w.endswith("}") and h != "")
+        for w, h in zip(want, have, strict=True)
+    )
+
+
+def colony_endpoint_kind(path: str) -> EndpointKind | None:
+    """What the normalised ``path`` is under ``/colony``; None when it lies outside."""
+    if not is_colony_endpoint(path):
+        return None
+    if path in ANSWERING:
+        return EndpointKind.READ
+    for endpoint in COLONY_ENDPOINTS:
+        if _matches(endpoint.path, path):
+            return endpoint.kind
+    return EndpointKind.UNKNOWN

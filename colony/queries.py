@@ -236,23 +236,30 @@ class DrainFilters(Filters):
     ] = _field("comma-separated dead-letter ids")
 
 
-READS: dict[str, type[Filters]] = {
-    "/colony/registry": RegistryFilters,
-    "/colony/graph": GraphFilters,
-    "/colony/trace": TraceFilters,
-    "/colony/messages": MessagesFilters,
-    "/colony/dead_letters": DeadLettersFilters,
-}
-"""Every read, by endpoint path, with the filters it takes."""
-
-ANSWERING_ENDPOINTS = frozenset(READS)
-"""The ``/colony/*`` paths that answer a routed message (``--validate`` and the router agree
-on this set: an edge to any other ``/colony/*`` path is dead-lettered and warned about)."""
-
-
 def slot(endpoint: str) -> str:
     """The reply-body key a read answers under: the endpoint's last segment."""
     return endpoint.rsplit("/", 1)[-1]
+
+
+_FILTERS: dict[str, type[Filters]] = {
+    "registry": RegistryFilters,
+    "graph": GraphFilters,
+    "trace": TraceFilters,
+    "messages": MessagesFilters,
+    "dead_letters": DeadLettersFilters,
+}
+
+READS: dict[str, type[Filters]] = {
+    e.path: _FILTERS[slot(e.path)]
+    for e in paths.COLONY_ENDPOINTS
+    if e.kind is paths.EndpointKind.READ
+}
+"""Every read, by endpoint path (the answering ones of :data:`colony.paths.COLONY_ENDPOINTS`,
+in its order), with the filters it takes. An answering endpoint without filters fails here,
+at import."""
+
+ANSWERING_ENDPOINTS = paths.ANSWERING
+"""Kept for :mod:`colony.colony` until it reads :data:`colony.paths.ANSWERING` itself."""
 
 
 def _names(model: type[Filters]) -> list[str]:

@@ -8,8 +8,10 @@ the colony to go idle, then shuts down cleanly (exit 0).
 
 Input is held to the rules of every ingress: valid UTF-8 text (a line that is not is refused
 with one line on stderr, or an ``invalid_frame``), JSON frames without NaN, lone surrogates or
-nesting past :data:`colony.jsonwire.MAX_DEPTH`, UBF bodies. A line the colony cannot store is
-reported and the bridge reads on; while the colony refuses input (a full disk) it holds back.
+nesting past :data:`colony.jsonwire.MAX_DEPTH`, UBF bodies, and a frame's ``ttl``, ``context``,
+``hop`` and ``trace_id`` as :mod:`colony.ingress` checks them for every door. A line the colony
+cannot store is reported and the bridge reads on; while the colony refuses input (a full disk)
+it holds back.
 """
 
 from __future__ import annotations
@@ -21,15 +23,15 @@ from typing import Any, TextIO
 
 from colony import jsonwire
 from colony.colony import Colony
-from colony.envelope import Envelope, source_message
+from colony.envelope import Envelope
 from colony.ids import uuid7
+from colony.ingress import IngressRefused, source_message_of
 from colony.persist.db import PersistenceError
 from colony.persist.escape import storable_text
 from colony.ubf import body_problem
 
 STDIO_USER_ID = "73746469-6f5f-7573-6572-5f6964000001"
 """meclaw's fixed stdio user id (the bytes of ``stdio_user_id`` + 0x000001)."""
-MAX_TTL = 2**32 - 1
 
 
 def line_reader(stream: TextIO) -> Callable[[], str]:
@@ -109,17 +111,21 @@ class StdioBridge:
             sys.stderr.write(f"meclaw: {detail}\n")
             sys.stderr.flush()
 
+    def _context(self) -> dict[str, str]:
+        """What stdio puts in a turn's context unless the frame gave it."""
+        return {"user_id": STDIO_USER_ID, "chat_id": self.chat_id, "turn_id": uuid7()}
+
     def message_for(self, line: str) -> Envelope | None:
-        default_ttl = self.colony.config.message_default_ttl
+        config = self.colony.config
         try:
             line.encode("utf-8")
         except UnicodeEncodeError:
             self._refuse("the input line is not valid UTF-8 text; it was not sent")
             return None
         if not self.json_mode:
-            context = {"user_id": STDIO_USER_ID, "chat_id": self.chat_id, "turn_id": uuid7()}
             turn = {"origin": "user", "type": "text", "text": line}
-            return source_message("/", {"messages": [turn]}, ttl=default_ttl, context=context)
+            text_body = {"messages": [turn]}
+            return source_message_of("/", text_body, config, context_defaults=self._context())
         try:
             frame = jsonwire.loads(line.encode("utf-8"), "the frame")
         except jsonwire.JsonRefused as exc:
@@ -133,21 +139,20 @@ class StdioBridge:
         if problem is not None:
             self._frame_error(problem)
             return None
-        ttl = frame.get("ttl", default_ttl)
-        if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_TTL:
-            self._frame_error(f"ttl must be a whole number in 1..{MAX_TTL}")
+        try:
+            return source_message_of(
+                "/",
+                body,
+                config,
+                ttl=frame.get("ttl"),
+                context=frame.get("context"),
+                hop=frame.get("hop"),
+                trace_id=frame.get("trace_id"),
+                context_defaults=self._context(),
+            )
+        except IngressRefused as exc:
+            self._frame_error(exc.detail)
             return None
-        context = frame.get("context") or {}
-        hop = frame.get("hop") or {}
-        trace_id = frame.get("trace_id")
-        if not isinstance(context, dict) or not isinstance(hop, dict):
-            self._frame_error("context and hop must be objects")
-            return None
-        if trace_id is not None and not isinstance(trace_id, str):
-            self._frame_error("trace_id must be a string")
-            return None
-        context = {"user_id": STDIO_USER_ID, "chat_id": self.chat_id, "turn_id": uuid7(), **context}
-        return source_message("/", body, ttl=ttl, context=context, hop=hop, trace_id=trace_id)
 
     async def run(self, read_line: Callable[[], str]) -> None:
         """Feed stdin lines until end of input, then wait for the colony to go idle."""

@@ -34,8 +34,9 @@ from colony.cell import CellClass, CellSpec, CellType, param_checks
 from colony.colony import Colony
 from colony.config.diagnostics import render_text
 from colony.config.loader import load_tree
-from colony.envelope import Envelope, source_message
+from colony.envelope import Envelope
 from colony.errors import ConfigError
+from colony.ingress import source_message_of
 from colony.observability import list_logger
 from colony.persist.records import DeadLetterRow, MessageLogEntry
 from colony.scripted import *  # noqa: F403  (the scripted provider servers, re-exported)
@@ -224,16 +225,22 @@ class ColonyHarness:
     ) -> str:
         """Route a source message (as the HTTP ingress would); returns its trace id.
 
-        ``reply_to`` is for tests of reply paths only: real ingresses never set it.
+        ``ttl``, ``context``, ``hop`` and ``trace_id`` are checked as every door checks them
+        (:mod:`colony.ingress`; a refusal raises :class:`~colony.ingress.IngressRefused`), with
+        one allowance no real door makes: ``ttl=0``, a spent message, for tests of what the
+        router does with one. ``reply_to`` is for tests of reply paths only: real ingresses
+        never set it.
         """
         colony = self.colony
-        message = source_message(
+        message = source_message_of(
             target,
             body,
-            ttl=colony.config.message_default_ttl if ttl is None else ttl,
-            context=dict(context or {}),
-            hop=dict(hop or {}),
+            colony.config,
+            ttl=ttl,
+            context=context,
+            hop=hop,
             trace_id=trace_id,
+            allow_spent=True,
         )
         message.reply_to = reply_to
         await colony.send(message)

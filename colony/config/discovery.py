@@ -27,13 +27,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from colony import paths
 from colony.config.diagnostics import Diagnostic, Severity
 from colony.config.reading import is_text, printable
 
 IGNORED_TOP_LEVEL = frozenset({"templates", ".staging", "blobs"})
 CONFIG_NAME = "config.json"
-RESERVED = "/colony"
-"""Colony paths at and under this one address the daemon's endpoints, never a node."""
 
 
 def is_ignored_top_level(name: str) -> bool:
@@ -211,7 +210,7 @@ def _visit(
         has_config = any(e.name == CONFIG_NAME for e in inner)
     if has_config:
         config = Path(entry.path, CONFIG_NAME)  # parsed once; .parent is a slice
-        if child_path == RESERVED or child_path.startswith(RESERVED + "/"):
+        if paths.is_colony_endpoint(child_path):
             found.findings.append(_reserved(root, config, child_path))
         else:
             found.nodes.append(NodeDir(child_path, config.parent, config))

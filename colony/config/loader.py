@@ -38,7 +38,7 @@ from colony.config.substitute import (
 )
 from colony.expressions import Engine, ExpressionSyntaxError, default_engine
 from colony.gc_pause import gc_paused
-from colony.queries import ANSWERING_ENDPOINTS as COLONY_ENDPOINTS
+from colony.paths import EndpointKind
 
 if TYPE_CHECKING:
     from colony.cell import ParamsCheck
@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 HIVE = "hive"
 
 _MECLAW_ONLY_TYPES = frozenset({"edit", "mcp", "harness", "subcolony", "vault"})
+
+_NAME_A_READ = f"name one of {', '.join(sorted(paths.ANSWERING))}."
+"""The hint of an edge to a ``/colony`` path that answers no messages."""
 
 _CONTRACT_PARTS = ("version", "settings", "consumes")
 _CONTRACT_KEYS = (
@@ -607,26 +610,32 @@ class _TreeLoader:
             target = ref.resolved
             if target in known:
                 continue
+            kind = paths.colony_endpoint_kind(target)
+            if kind is EndpointKind.READ:
+                continue
             where = positions.get(ref.file)
             if where is None or where.text is not ref.text:
                 where = positions[ref.file] = Positions(ref.text)
             out = _FileDiagnostics(ref.file, ref.text, where)
-            if target == "/colony":
+            if kind is EndpointKind.INVALID:
                 out.warning(
                     "colony_endpoint_invalid",
-                    "edge endpoint /colony is not an endpoint; messages to it are dead-lettered",
+                    f"edge endpoint {target} is not an endpoint; messages to it are dead-lettered",
                     ref.path,
-                    f"name one of {', '.join(sorted(COLONY_ENDPOINTS))}.",
+                    _NAME_A_READ,
                 )
-            elif paths.is_colony_endpoint(target):
-                if target in COLONY_ENDPOINTS:
-                    continue
+            elif kind is not None:
+                what = (
+                    "answers HTTP requests only"
+                    if kind is EndpointKind.HTTP_ONLY
+                    else "is no /colony endpoint"
+                )
                 out.warning(
                     "colony_endpoint_unknown",
-                    f"edge endpoint {target} is no /colony endpoint; messages to it are "
-                    "dead-lettered as colony_endpoint_unimplemented",
+                    f"edge endpoint {target} {what}; messages to it are dead-lettered as "
+                    "colony_endpoint_unimplemented",
                     ref.path,
-                    f"name one of {', '.join(sorted(COLONY_ENDPOINTS))}.",
+                    _NAME_A_READ,
                 )
             else:
                 if target not in guesses:

@@ -24,6 +24,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from colony.ingress import MAX_TTL, MIN_TTL
+
 U32 = Annotated[int, Field(ge=0, le=2**32 - 1)]
 U64 = Annotated[int, Field(ge=0, le=2**64 - 1)]
 I64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
@@ -64,7 +66,7 @@ class ColonyConfig(BaseModel):
     """Backstop for one message in a cell; 0 turns it off."""
     idle_timeout_default_ms: U64 = 60_000
     """How long an idle stateful cell stays awake."""
-    message_default_ttl: Annotated[int, Field(ge=1, le=2**32 - 1)] = 64
+    message_default_ttl: Annotated[int, Field(ge=MIN_TTL, le=MAX_TTL)] = 64
     """Routing budget of a new message, and what ``restore_ttl`` restores to."""
     ttl_notice: bool = False
     """Tell a dying message's ``reply_to`` that it died of TTL exhaustion."""

@@ -6,7 +6,18 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from colony.paths import is_absolute, is_colony_endpoint, join, normalise, parent, resolve
+from colony.paths import (
+    ANSWERING,
+    COLONY_ENDPOINTS,
+    EndpointKind,
+    colony_endpoint_kind,
+    is_absolute,
+    is_colony_endpoint,
+    join,
+    normalise,
+    parent,
+    resolve,
+)
 
 AGENT = "/main/agent"
 
@@ -84,6 +95,65 @@ def test_the_colony_endpoint_covers_its_subtree_only() -> None:
     assert not is_colony_endpoint("/colonyx")
     assert not is_colony_endpoint("/main/colony")
     assert not is_colony_endpoint("/")
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [
+        ("/colony", EndpointKind.INVALID),
+        ("/colony/registry", EndpointKind.READ),
+        ("/colony/dead_letters", EndpointKind.READ),
+        ("/colony/dead_letters/7", EndpointKind.HTTP_ONLY),
+        ("/colony/dead_letters/7/replay", EndpointKind.HTTP_ONLY),
+        ("/colony/cells/revive", EndpointKind.HTTP_ONLY),
+        ("/colony/events", EndpointKind.HTTP_ONLY),
+        ("/colony/mutations", EndpointKind.UNKNOWN),
+        ("/colony/registry/x", EndpointKind.UNKNOWN),
+        ("/colony/dead_letters/7/replay/again", EndpointKind.UNKNOWN),
+        ("/colony/cells", EndpointKind.UNKNOWN),
+        ("/colonyx", None),
+        ("/main/colony/registry", None),
+        ("/", None),
+    ],
+)
+def test_every_colony_path_has_one_kind_from_the_endpoint_table(
+    path: str, kind: EndpointKind | None
+) -> None:
+    assert colony_endpoint_kind(path) is kind
+
+
+def test_the_answering_endpoints_are_the_reads_of_the_table() -> None:
+    reads = [e.path for e in COLONY_ENDPOINTS if e.kind is EndpointKind.READ]
+    assert {
+        "/colony/registry",
+        "/colony/graph",
+        "/colony/trace",
+        "/colony/messages",
+        "/colony/dead_letters",
+    } == ANSWERING
+    assert len(reads) == len(ANSWERING)
+
+
+def test_the_endpoint_table_lists_normal_distinct_paths_under_colony_only() -> None:
+    listed = [e.path for e in COLONY_ENDPOINTS]
+    assert len(set(listed)) == len(listed)
+    for path in listed:
+        assert normalise(path) == path
+        assert colony_endpoint_kind(path) is not None
+    [invalid] = [e.path for e in COLONY_ENDPOINTS if e.kind is EndpointKind.INVALID]
+    assert invalid == "/colony"
+
+
+endpoint_segments = st.sampled_from(
+    ["colony", "registry", "dead_letters", "7", "replay", "events", "{id}", "..", ".", ""]
+)
+
+
+@given(st.lists(endpoint_segments, max_size=6).map("/".join))
+def test_a_path_has_an_endpoint_kind_exactly_when_it_lies_under_colony(raw: str) -> None:
+    path = normalise(raw)
+    assert (colony_endpoint_kind(path) is not None) == is_colony_endpoint(path)
+    assert (colony_endpoint_kind(path) is EndpointKind.READ) == (path in ANSWERING)
 
 
 # Properties. Segments mix the tricky ones with plain names so that slashes, dots and

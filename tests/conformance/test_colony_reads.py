@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from colony.config.loader import load_tree
-from colony.queries import ANSWERING_ENDPOINTS
+from colony.paths import ANSWERING
 from colony.testing import ColonyHarness
 from tests.conftest import TreeFactory, cell, hive
 
@@ -148,7 +148,7 @@ def test_validate_and_the_router_agree_on_which_colony_paths_answer(
     make_tree: TreeFactory,
 ) -> None:
     others = ["/colony/mutations", "/colony/templates", "/colony/events"]
-    edges = [{"from": ".", "to": path} for path in [*sorted(ANSWERING_ENDPOINTS), *others]]
+    edges = [{"from": ".", "to": path} for path in [*sorted(ANSWERING), *others]]
     root = make_tree({"main/config.json": hive(*edges)})
     result = load_tree(root, cell_types={"code"})
     warned = {
@@ -163,4 +163,4 @@ def test_validate_and_the_router_agree_on_which_colony_paths_answer(
         "/colony/trace",
         "/colony/messages",
         "/colony/dead_letters",
-    } == ANSWERING_ENDPOINTS
+    } == ANSWERING
