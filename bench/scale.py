@@ -11,7 +11,7 @@ parsing every ``config.json``, which says how fast the shared machine runs at th
 mix is mostly stateful cells, built on their first message (``store`` and ``llm``, so nothing
 talks to the network at boot), plus stateless ``file`` and ``code`` cells, built at boot. A
 forking ``code`` cell starts no worker of its own: every one of them shares one warm worker
-per interpreter (cells/code/process.py).
+per interpreter (cells/code/zygote_client.py).
 
 Queues: a parked cell (its ``handle`` waits on a gate) fills its mailbox with 1,000, then
 100,000 messages (``mailbox_default_capacity`` raised in colony.json), in both delivery modes,

@@ -258,9 +258,6 @@ READS: dict[str, type[Filters]] = {
 in its order), with the filters it takes. An answering endpoint without filters fails here,
 at import."""
 
-ANSWERING_ENDPOINTS = paths.ANSWERING
-"""Kept for :mod:`colony.colony` until it reads :data:`colony.paths.ANSWERING` itself."""
-
 
 def _names(model: type[Filters]) -> list[str]:
     out: list[Any] = []

@@ -172,7 +172,7 @@ async def read(colony: Colony, filters: Filters) -> dict[str, Any]:
 
 
 async def answer(colony: Colony, endpoint: str, message: Envelope) -> Envelope:
-    """The reply to a read routed to ``endpoint`` (one of ``ANSWERING_ENDPOINTS``): the read's
+    """The reply to a read routed to ``endpoint`` (one of ``colony.paths.ANSWERING``): the read's
     body, or under the endpoint's slot ``{"status": "error", "error_code": "invalid_query" |
     "read_failed", "details": …}``. A new trace, no parent, TTL 64, no headers, addressed to the
     message's ``reply_to`` (which the caller has checked is set), as meclaw builds it."""

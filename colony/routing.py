@@ -36,11 +36,10 @@ from colony.effects import Delivery, Effects, LogRow, Note, Read
 from colony.envelope import Envelope, Headers, JsonObject, follow_up, split_content
 from colony.ids import uuid7
 from colony.outcome import Crashed, Outcome, Outputs, Refused, TimedOut
-from colony.paths import is_colony_endpoint, resolve
-from colony.queries import ANSWERING_ENDPOINTS
+from colony.paths import ANSWERING, COLONY_ENDPOINT, is_colony_endpoint, resolve
 from colony.ubf import body_problem
 
-COLONY = "/colony"
+COLONY = COLONY_ENDPOINT
 EXTERNAL = "@external"
 """``from_path`` of message-log rows for messages born outside the colony."""
 READ_REPLY_SENDER = "/colony"
@@ -264,7 +263,7 @@ def _route_one(
         case Endpoint(resolved=resolved, ttl=ttl):
             fx.decisions += 1
             message.ttl = ttl
-            if resolved not in ANSWERING_ENDPOINTS:
+            if resolved not in ANSWERING:
                 dead_letter(
                     fx,
                     DeadLetterCode.COLONY_ENDPOINT_UNIMPLEMENTED,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from colony.effects import Read
-from colony.queries import ANSWERING_ENDPOINTS
+from colony.paths import ANSWERING
 from colony.routing import route
 from colony.ubf import body_problem
 from tests.colony.routing.tables import (
@@ -182,7 +182,7 @@ def test_a_colony_path_that_answers_nothing_is_colony_endpoint_unimplemented(
     assert (fx.deliveries, fx.logs, fx.reads) == ([], [], [])
 
 
-@pytest.mark.parametrize("endpoint", sorted(ANSWERING_ENDPOINTS))
+@pytest.mark.parametrize("endpoint", sorted(ANSWERING))
 def test_a_read_with_reply_to_is_left_to_the_colony_as_a_read_after_one_unit(
     endpoint: str,
 ) -> None:
