@@ -180,11 +180,10 @@ async def boot_once(root: Path) -> dict[str, float]:
     """Boot the tree as colony/daemon.py does, then stop it; phase times in seconds."""
     importlib.import_module("colony.daemon")  # what a daemon has imported before it boots
     from cells import BUILTIN_CELL_TYPES, close_shared_resources, implemented_cell_types, prepare
+    from colony.boot import open_colony
     from colony.cell import param_checks
-    from colony.colony import Colony
     from colony.config.loader import load_tree
     from colony.observability import file_logger
-    from colony.persist.db import ColonyDb
 
     types = implemented_cell_types()
     imported = _rss_mb()
@@ -198,24 +197,26 @@ async def boot_once(root: Path) -> dict[str, float]:
     assert tree is not None, [d.message for d in result.diagnostics][:5]
     marks.append(time.perf_counter())
     rss["load"] = _rss_mb()
-    await prepare((node.type, node.config.params) for node in tree.cells.values())
-    marks.append(time.perf_counter())
     with open(root / "log.jsonl", "a", encoding="utf-8") as stream:  # noqa: ASYNC230
-        db = ColonyDb(root / "colony.db")
-        colony = Colony.from_tree(tree, types, db=db, log=file_logger(stream, "info"))
-        marks.append(time.perf_counter())
-        rss["wire"] = _rss_mb()
-        await colony.start()
-        for _ in range(3):  # every cell's task has taken its first step
-            await asyncio.sleep(0)
-        marks.append(time.perf_counter())
-        cpu = time.process_time() - cpu
-        rss["start"] = _rss_mb()
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        inactive = sum(not r.active for r in colony.runners.values())
-        await colony.stop()
-        db.close()
-        await close_shared_resources()
+
+        def phase(name: str) -> None:
+            marks.append(time.perf_counter())
+            rss[name] = _rss_mb()
+
+        async with open_colony(
+            tree,
+            types,
+            log=file_logger(stream, "info"),
+            prepare=prepare,
+            release=close_shared_resources,
+            on_phase=phase,
+        ) as colony:
+            for _ in range(3):  # every cell's task has taken its first step
+                await asyncio.sleep(0)
+            marks[-1] = time.perf_counter()
+            cpu = time.process_time() - cpu
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            inactive = sum(not r.active for r in colony.runners.values())
     phases = ("load", "prepare", "wire", "start")
     out = {name: marks[i + 1] - marks[i] for i, name in enumerate(phases)}
     out |= {"total": marks[-1] - marks[0], "cpu": cpu, "rss_mb": peak, "imported_mb": imported}

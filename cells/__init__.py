@@ -62,12 +62,12 @@ async def prepare(cells: Iterable[tuple[str, Any]]) -> None:
     (its start-up environment zeroed, see ``cells.code.isolation``), which is best done while
     the daemon has no other thread. ``cells`` are ``(type, params)`` pairs.
 
-    Raises :class:`~colony.colony.BootError` when a worker cannot start (the loader has
+    Raises :class:`~colony.errors.BootError` when a worker cannot start (the loader has
     already refused an interpreter that does not exist; this is one that is not Python)."""
     from cells.code.cell import default_interpreter
     from cells.code.params import CodeParams
     from cells.code.process import ProcessError, shared_zygote
-    from colony.colony import BootError
+    from colony.errors import BootError
 
     interpreters: set[str] = set()
     for cell_type, params in cells:

@@ -32,16 +32,15 @@ from colony.httpguard import (
     read_body,
 )
 from colony.openapi import document
-from colony.persist.db import (
+from colony.persist.db import PersistenceError, UnitRejected
+from colony.persist.escape import has_surrogate
+from colony.persist.records import (
     DeadLetterRow,
-    PersistenceError,
-    UnitRejected,
     claim_replay,
     delete_dead_letters,
     read_dead_letter,
     release_replay,
 )
-from colony.persist.escape import has_surrogate
 from colony.queries import READS, DrainFilters, QueryError, parse_http
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

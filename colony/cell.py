@@ -132,6 +132,10 @@ class CellType:
     when the cell sets none): an llm call retried to its limit must end in its own typed
     ``timeout``, not in the colony's backstop."""
     options: dict[str, Any] = field(default_factory=dict)
+    checks_own_emits: bool = False
+    """The cell type checks its emissions against ``contract.emits`` itself (the code cell
+    turns a violation into its own error emission), so the colony does not check them again
+    under ``strict_validation``."""
 
 
 class PydanticCheck:

@@ -317,7 +317,7 @@ def show(
 ) -> None:
     """Print one dead letter with the message it stored (headers and body)."""
     from colony.operations import dead_letter_report
-    from colony.persist.db import read_dead_letter
+    from colony.persist.records import read_dead_letter
 
     db = _database(_root_of(ctx, root))
     row = read_dead_letter(db, letter_id)
@@ -423,7 +423,7 @@ def cells(
         _pass_down(ctx)
         return
     from colony.operations import cell_json, cell_line
-    from colony.persist.db import read_registry
+    from colony.persist.records import read_registry
 
     rows = read_registry(_database(_root_of(ctx, root)))
     for row in rows.values():

@@ -19,18 +19,19 @@ import signal
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from cells import close_shared_resources, implemented_cell_types, prepare
 from cells.llm.chat_endpoint import ChatRoute
 from colony.api import build_app, serve
+from colony.boot import open_colony
 from colony.cell import CellType, param_checks
-from colony.colony import BootError, Colony
+from colony.colony import Colony
 from colony.config.diagnostics import has_errors, render_text
 from colony.config.loader import load_tree
+from colony.errors import BootError
 from colony.lease import RootLease
 from colony.observability import file_logger
-from colony.persist.db import ColonyDb
 from colony.persist.schema import ColonyDbError
 from colony.stdio import StdioBridge, line_reader
 
@@ -107,23 +108,9 @@ async def run(
         )
         return EXIT_FAILED
     level = log_level or tree.colony.log_default_level
-    # Warm workers fork children: start them before colony.db's writer thread exists.
-    try:
-        await prepare((node.type, node.config.params) for node in tree.cells.values())
-    except BootError as exc:
-        for problem in exc.problems:
-            _say(f"cannot boot: {problem}")
-        return EXIT_FAILED
     with _log_stream(log_file) as stream:
         # Direct mode runs in someone's terminal: warnings and errors reach it too.
         log = file_logger(stream, level, echo=sys.stderr if direct else None)
-        try:
-            db = ColonyDb(root / "colony.db")
-        except ColonyDbError as exc:  # garbage, truncated, foreign: say which file and the fix
-            _say(f"cannot boot: {exc}")
-            log.error("boot_failed", problems=[str(exc)])
-            await close_shared_resources()
-            return EXIT_FAILED
         for warning in result.diagnostics:  # said on stderr above; kept in the log too
             log.warning(
                 "config_warning",
@@ -134,72 +121,102 @@ async def run(
                 fix=warning.hint,
             )
         try:
+            async with open_colony(
+                tree, types, log=log, prepare=prepare, release=close_shared_resources
+            ) as colony:
+                code = await _serve(
+                    colony,
+                    log,
+                    display_root=display_root,
+                    log_file=log_file,
+                    api=api,
+                    api_token=api_token,
+                    direct=direct,
+                    stdio_json=stdio_json,
+                    version=version,
+                    lease=lease,
+                )
+        except BootError as exc:
+            for problem in exc.problems:
+                _say(f"cannot boot: {problem}")
+            log.error("boot_failed", problems=exc.problems)
+            return EXIT_FAILED
+        except ColonyDbError as exc:  # garbage, truncated, foreign: say which file and the fix
+            _say(f"cannot boot: {exc}")
+            log.error("boot_failed", problems=[str(exc)])
+            return EXIT_FAILED
+        return EXIT_FAILED if colony.db.lost is not None else code
+
+
+async def _serve(
+    colony: Colony,
+    log: Any,
+    *,
+    display_root: str,
+    log_file: Path,
+    api: tuple[str, int] | None,
+    api_token: str | None,
+    direct: bool,
+    stdio_json: bool,
+    version: str,
+    lease: RootLease | None,
+) -> int:
+    """Run a started colony until a signal (or, in direct mode, the end of stdin)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    tripped: list[str] = []
+
+    def trip(detail: str) -> None:
+        _say(f"watchdog trip — {detail}; stopping (watchdog_on_trip: exit)")
+        tripped.append(detail)
+        stop.set()
+
+    colony.on_fatal = trip
+    server = None
+    chat = ChatRoute()
+    try:
+        if api is not None:
+            app = build_app(colony, token=api_token, extra_routes={("POST", "/llm/chat"): chat})
             try:
-                colony = Colony.from_tree(tree, types, db=db, log=log)
-            except BootError as exc:
-                for problem in exc.problems:
-                    _say(f"cannot boot: {problem}")
-                log.error("boot_failed", problems=exc.problems)
+                server = await serve(app, *api)
+            except OSError as exc:
+                _say(f"cannot listen on {api[0]}:{api[1]}: {exc.strerror or exc}")
                 return EXIT_FAILED
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, stop.set)
-            tripped: list[str] = []
-
-            def trip(detail: str) -> None:
-                _say(f"watchdog trip — {detail}; stopping (watchdog_on_trip: exit)")
-                tripped.append(detail)
-                stop.set()
-
-            colony.on_fatal = trip
-            await colony.start()
-            server = None
-            chat = ChatRoute()
-            if api is not None:
-                app = build_app(colony, token=api_token, extra_routes={("POST", "/llm/chat"): chat})
-                try:
-                    server = await serve(app, *api)
-                except OSError as exc:
-                    _say(f"cannot listen on {api[0]}:{api[1]}: {exc.strerror or exc}")
-                    await colony.stop()
-                    return EXIT_FAILED
-                port = server.addresses[0][1] if server.addresses else api[1]
-                host = f"[{api[0]}]" if ":" in api[0] else api[0]
-                _say(f"HTTP API on http://{host}:{port}")
-                if lease is not None:  # operator commands given only --root find it here
-                    lease.announce(api=f"http://{host}:{port}")
-                log.info("api_listening", host=api[0], port=port)
-            loop_name = _loop_name(loop)
-            log.info("colony_running", loop=loop_name)
-            _say(
-                f"colony running on {display_root} ({_count(len(colony.runners), 'cell')}, "
-                f"{_count(len(colony.hives), 'hive')}, {_count(len(colony.edges), 'edge')}, "
-                f"{loop_name} loop); "
-                f"logs {'on stdout' if log_file == STDOUT else f'in {log_file}'}; "
-                "SIGINT or SIGTERM stops it"
-            )
-            if direct:
-                bridge = StdioBridge(colony, json_mode=stdio_json, version=version)
-                colony.egress = bridge.egress
-                reader = asyncio.create_task(bridge.run(line_reader(sys.stdin)))
-                stopper = asyncio.create_task(stop.wait())
-                await asyncio.wait({reader, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                for task in (reader, stopper):
-                    task.cancel()
-                if reader.done() and not reader.cancelled():
-                    reader.result()  # re-raises whatever ended the bridge
-            else:
-                await stop.wait()
-            _say("stopping")
-            if server is not None:
-                await server.cleanup()
-            await chat.close()
-            await colony.stop()
-            return EXIT_FAILED if tripped or db.lost is not None else EXIT_OK
-        finally:
-            db.close()
-            await close_shared_resources()
+            port = server.addresses[0][1] if server.addresses else api[1]
+            host = f"[{api[0]}]" if ":" in api[0] else api[0]
+            _say(f"HTTP API on http://{host}:{port}")
+            if lease is not None:  # operator commands given only --root find it here
+                lease.announce(api=f"http://{host}:{port}")
+            log.info("api_listening", host=api[0], port=port)
+        loop_name = _loop_name(loop)
+        log.info("colony_running", loop=loop_name)
+        _say(
+            f"colony running on {display_root} ({_count(len(colony.runners), 'cell')}, "
+            f"{_count(len(colony.hives), 'hive')}, {_count(len(colony.edges), 'edge')}, "
+            f"{loop_name} loop); "
+            f"logs {'on stdout' if log_file == STDOUT else f'in {log_file}'}; "
+            "SIGINT or SIGTERM stops it"
+        )
+        if direct:
+            bridge = StdioBridge(colony, json_mode=stdio_json, version=version)
+            colony.egress = bridge.egress
+            reader = asyncio.create_task(bridge.run(line_reader(sys.stdin)))
+            stopper = asyncio.create_task(stop.wait())
+            await asyncio.wait({reader, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (reader, stopper):
+                task.cancel()
+            if reader.done() and not reader.cancelled():
+                reader.result()  # re-raises whatever ended the bridge
+        else:
+            await stop.wait()
+        _say("stopping")
+    finally:
+        if server is not None:
+            await server.cleanup()
+        await chat.close()
+    return EXIT_FAILED if tripped else EXIT_OK
 
 
 def main(

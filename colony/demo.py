@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from colony.persist.db import MessageLogEntry
+from colony.persist.records import MessageLogEntry
 from colony.scripted.search import ScriptedSearch
 from colony.testing import (
     ColonyHarness,

@@ -15,7 +15,7 @@ from typing import Any
 
 from colony.failures import error_code, error_text, one_line
 from colony.lease import RootLease
-from colony.persist.db import (
+from colony.persist.records import (
     DeadLetterRow,
     MessageLogEntry,
     RegistryRow,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from colony.envelope import Envelope, Headers
 from colony.ids import uuid7
 from colony.persist.db import PersistenceError
-from colony.persist.schema import MESSAGE_ID_OF_ENVELOPE, connect
+from colony.persist.schema import MESSAGE_ID_OF_ENVELOPE, MESSAGE_LOG_SELECT, connect
 from colony.queries import (
     DeadLettersFilters,
     Filters,
@@ -44,10 +44,7 @@ REPLY_TTL = 64
 """TTL of a ``/colony`` reply: a fresh budget, as meclaw's message builder gives one."""
 REPLY_SENDER = "/colony"
 
-_COLUMNS = (
-    "id, trace_id, parent_message_id, correlation_id, ttl, from_path, to_path, reply_to, "
-    "headers, body_kind, body_payload, created_at"
-)
+_COLUMNS = MESSAGE_LOG_SELECT
 
 
 class ReadFailed(Exception):

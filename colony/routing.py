@@ -1,29 +1,50 @@
-"""The routing decision, as a pure function, and the messages it derives.
+"""The whole routing rule set, as pure synchronous functions.
 
-``decide`` looks at one message and the topology and says what happens to it; it performs no
-I/O, logs nothing and touches no queue. :mod:`colony.colony` carries decisions out (mailbox
-puts, dead letters, the message log, log lines). Order of checks, as in meclaw:
+:func:`route` takes one message and the topology and returns the :class:`colony.effects.Effects`
+it causes, transits and error replies included; :func:`route_emissions` does the same for what a
+cell emitted, and :func:`route_outcome` for however the handling of a message ended. Nothing
+here performs I/O, logs, or touches a queue: :mod:`colony.journal` commits the effects and
+:class:`colony.colony.Colony` carries them out. The one thing routing changes in place is the
+message it routes (its TTL spent, its target resolved): from then on it belongs to the record.
+
+Order of checks for one message, as in meclaw:
 
 1. a registered but inactive cell takes nothing (``cell_inactive``, no TTL spent);
 2. a message with TTL 0 dies (``ttl_expired``) before its target is even resolved;
 3. otherwise the decision costs one TTL unit, and the target is ``/colony`` (invalid), a
    ``/colony/*`` endpoint, a cell (delivery), a hive (transit: the hive's out-edges are
    evaluated at once), or nothing (``unresolved_path``, or one error reply to ``reply_to``).
+
+Each message is routed to completion (a FIFO of the transits and replies it causes) before the
+next: a cell's emissions reach the journal in the order the cell made them.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, assert_never
 
+from colony.cell import Emission, Output
+from colony.config.models import Contract
+from colony.contracts import emits_violation
+from colony.dead_letters import DeadLetter, DeadLetterCode
 from colony.edges import EdgeTable, Skipped, Taken, restore_ttl
-from colony.envelope import Envelope, Headers, follow_up
+from colony.effects import Delivery, Effects, LogRow, Note, Read
+from colony.envelope import Envelope, Headers, JsonObject, follow_up, split_content
 from colony.ids import uuid7
+from colony.outcome import Crashed, Outcome, Outputs, Refused, TimedOut
 from colony.paths import is_colony_endpoint, resolve
+from colony.queries import ANSWERING_ENDPOINTS
+from colony.ubf import body_problem
 
 COLONY = "/colony"
+EXTERNAL = "@external"
+"""``from_path`` of message-log rows for messages born outside the colony."""
+READ_REPLY_SENDER = "/colony"
+"""Who sends the answer of a ``/colony/*`` read (and every other substrate reply)."""
 
 
 class Target(Protocol):
@@ -35,9 +56,32 @@ class Target(Protocol):
 
 @dataclass(slots=True)
 class RoutingTable:
+    """The topology and the colony settings routing reads."""
+
     cells: Mapping[str, Target]
     hives: frozenset[str]
     edges: EdgeTable
+    default_ttl: int = 64
+    """``colony.json message_default_ttl``: what a restoring edge gives back."""
+    ttl_notice: bool = False
+    """``colony.json ttl_notice``: a dying message's ``reply_to`` is told."""
+    record: bool = True
+    """Write message-log rows (the harness may turn them off)."""
+    egress: bool = False
+    """Direct mode: a message at the root hive that no out-edge takes leaves the colony."""
+
+
+@dataclass(frozen=True, slots=True)
+class Emitter:
+    """A cell as the routing of its emissions sees it."""
+
+    path: str
+    contract: Contract | None = field(default=None, compare=False)
+    """The contract its emissions are checked against (``strict_validation``), or None when
+    they are not checked here (off, or the cell type checks its own, as the code cell does)."""
+
+
+# -- one decision ---------------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
@@ -105,6 +149,435 @@ def decide(sender: str, message: Envelope, table: RoutingTable) -> Decision:
         taken, skipped = table.edges.evaluate(resolved, message.headers)
         return Transit(resolved, ttl, taken, skipped)
     return Unresolved(resolved, ttl)
+
+
+# -- a message, to completion ---------------------------------------------------------------------
+
+
+def route(table: RoutingTable, sender: str, message: Envelope) -> Effects:
+    """Everything routing ``message`` from ``sender`` causes, its transits and replies too."""
+    fx = Effects()
+    _route(table, fx, sender, message)
+    return fx
+
+
+def _route(table: RoutingTable, fx: Effects, sender: str, message: Envelope) -> None:
+    work: deque[tuple[str, Envelope]] = deque(((sender, message),))
+    while work:
+        who, item = work.popleft()
+        _route_one(table, fx, who, item, work)
+
+
+def _route_one(
+    table: RoutingTable,
+    fx: Effects,
+    sender: str,
+    message: Envelope,
+    work: deque[tuple[str, Envelope]],
+) -> None:
+    decision = decide(sender, message, table)
+    match decision:
+        case Deliver(resolved=resolved, ttl=ttl):
+            fx.decisions += 1
+            message.ttl = ttl
+            message.target = resolved
+            fx.deliveries.append(Delivery(resolved, message, sender))
+            if table.record:
+                origin = EXTERNAL if message.parent_message_id is None else sender
+                fx.logs.append(LogRow(message, origin, resolved, ttl))
+        case Transit(hive=hive, ttl=ttl, taken=taken, skipped=skipped):
+            fx.decisions += 1
+            message.ttl = ttl
+            if table.record:
+                origin = EXTERNAL if message.parent_message_id is None else sender
+                fx.logs.append(LogRow(message, origin, hive, ttl))
+            if skipped:
+                _note_skipped(fx, skipped, message)
+            if taken:
+                for copy in transit_follow_ups(message, decision, table.default_ttl):
+                    work.append((hive, copy))
+            elif hive == "/" and table.egress:
+                fx.egress.append(message)
+            else:
+                dead_letter(
+                    fx,
+                    DeadLetterCode.HIVE_NO_ROUTE,
+                    message.reply_to or hive,
+                    message.target,
+                    hive,
+                    message,
+                    "no out-edge of the hive matched the message",
+                )
+        case Expired(resolved=resolved):
+            fx.decisions += 1
+            _expired(table, fx, sender, message, resolved, work)
+        case Inactive(resolved=resolved):
+            dead_letter(
+                fx,
+                DeadLetterCode.CELL_INACTIVE,
+                sender,
+                message.target,
+                resolved,
+                message,
+                "the target cell is inactive or failed",
+            )
+        case Unresolved(resolved=resolved, ttl=ttl):
+            fx.decisions += 1
+            message.ttl = ttl
+            if message.reply_to is not None:
+                fx.notes.append(
+                    Note(
+                        "warning",
+                        "unresolved_path_reply",
+                        {
+                            "sender": sender,
+                            "target": resolved,
+                            "reply_to": message.reply_to,
+                            "trace_id": message.trace_id,
+                            "message_id": message.id,
+                        },
+                    )
+                )
+                work.append((COLONY, cascade_reply(message, resolved, ttl)))
+            else:
+                dead_letter(
+                    fx,
+                    DeadLetterCode.UNRESOLVED_PATH,
+                    sender,
+                    message.target,
+                    resolved,
+                    message,
+                    "no cell or hive at this path",
+                )
+        case InvalidEndpoint(resolved=resolved, ttl=ttl):
+            fx.decisions += 1
+            message.ttl = ttl
+            dead_letter(
+                fx,
+                DeadLetterCode.COLONY_ENDPOINT_INVALID,
+                sender,
+                message.target,
+                resolved,
+                message,
+                "/colony itself is not an endpoint",
+            )
+        case Endpoint(resolved=resolved, ttl=ttl):
+            fx.decisions += 1
+            message.ttl = ttl
+            if resolved not in ANSWERING_ENDPOINTS:
+                dead_letter(
+                    fx,
+                    DeadLetterCode.COLONY_ENDPOINT_UNIMPLEMENTED,
+                    sender,
+                    message.target,
+                    resolved,
+                    message,
+                    f"{resolved} answers no routed messages in this version",
+                )
+            elif message.reply_to is not None:
+                fx.reads.append(Read(resolved, message))
+            else:
+                fx.notes.append(
+                    Note(
+                        "warning",
+                        "colony_read_unanswered",
+                        {
+                            "endpoint": resolved,
+                            "sender": sender,
+                            "trace_id": message.trace_id,
+                            "message_id": message.id,
+                            "detail": "the message has no reply_to, so nobody receives the answer",
+                        },
+                    )
+                )
+        case _:
+            assert_never(decision)
+
+
+def _expired(
+    table: RoutingTable,
+    fx: Effects,
+    sender: str,
+    message: Envelope,
+    resolved: str,
+    work: deque[tuple[str, Envelope]],
+) -> None:
+    fx.letters.append(
+        DeadLetter(DeadLetterCode.TTL_EXPIRED, sender, message.target, message.target, message)
+    )
+    fx.notes.append(
+        Note(
+            "error",
+            "ttl_expired",
+            {
+                "message_id": message.id,
+                "sender": sender,
+                "target": resolved,
+                "trace_id": message.trace_id,
+                "reason": "ttl_expired",
+                "message_default_ttl": table.default_ttl,
+                "detail": "message died of TTL exhaustion — terminal, dead-lettered, nothing "
+                "reaches the origin; a loop may need a larger colony.json message_default_ttl "
+                "or a bounded restore_ttl edge",
+            },
+        )
+    )
+    if table.ttl_notice and message.reply_to is not None:
+        work.append((COLONY, ttl_notice(message, resolved, table.default_ttl)))
+
+
+def dead_letter(
+    fx: Effects,
+    code: DeadLetterCode,
+    sender: str,
+    original: str,
+    resolved: str,
+    message: Envelope,
+    detail: str | None = None,
+) -> None:
+    """Add a dead letter, and the ``dead_lettered`` log line that says so, to ``fx``."""
+    fx.letters.append(DeadLetter(code, sender, original, resolved, message, detail))
+    fx.notes.append(
+        Note(
+            "warning",
+            "dead_lettered",
+            {
+                "error_code": str(code),
+                "sender": sender,
+                "original": original,
+                "target": resolved,
+                "trace_id": message.trace_id,
+                "message_id": message.id,
+                "detail": detail,
+            },
+        )
+    )
+
+
+def _note_skipped(fx: Effects, skipped: Iterable[Skipped], message: Envelope) -> None:
+    for skip in skipped:
+        edge = skip.edge
+        fields: dict[str, Any] = {
+            "edge_id": edge.id,
+            "from": edge.from_path,
+            "to": edge.to_path,
+            "trace_id": message.trace_id,
+            "error": skip.reason,
+        }
+        if skip.stage == "condition":
+            fields["condition"] = edge.condition_source
+            level = "debug" if skip.missing_key else "warning"
+            event = "edge_condition_missing_key" if skip.missing_key else "edge_condition_failed"
+            fx.notes.append(Note(level, event, fields))
+        else:
+            fields["key"] = skip.key
+            fx.notes.append(Note("warning", "edge_modifier_failed", fields))
+
+
+# -- what a cell emitted ------------------------------------------------------------------------
+
+
+def route_emissions(
+    table: RoutingTable, emitter: Emitter, parent: Envelope | None, outputs: Sequence[Output]
+) -> Effects:
+    """Route a cell's emissions, each to completion, in the order the cell made them.
+    ``parent`` is the message being handled, or None for a long-running cell's own emissions
+    (each then starts a new trace)."""
+    fx = Effects()
+    _emissions(table, fx, emitter, parent, outputs)
+    return fx
+
+
+def _emissions(
+    table: RoutingTable,
+    fx: Effects,
+    emitter: Emitter,
+    parent: Envelope | None,
+    outputs: Sequence[Output],
+) -> None:
+    for output in outputs:
+        if isinstance(output, Emission):
+            _emission(table, fx, emitter, parent, output.content, output.target)
+        else:
+            _emission(table, fx, emitter, parent, output, None)
+
+
+def _emission(
+    table: RoutingTable,
+    fx: Effects,
+    emitter: Emitter,
+    message: Envelope | None,
+    content: Any,
+    target: str | None,
+) -> None:
+    sender = emitter.path
+    if message is None:  # a long-running cell's own emission starts a new trace
+        parent = _origin(sender, table.default_ttl)
+        parent_id = None
+        raw_target = target or sender
+    else:
+        parent = message
+        parent_id = message.id
+        raw_target = target or message.reply_to or message.target
+    if not isinstance(content, dict):
+        dead_letter(
+            fx,
+            DeadLetterCode.INVALID_UBF_BODY,
+            sender,
+            raw_target,
+            raw_target,
+            _record(parent, parent_id, raw_target, {}, content),
+            "a cell's content must be a JSON object",
+        )
+        return
+    hop, body = split_content(content)
+    problem = body_problem(body)
+    if problem is not None:
+        dead_letter(
+            fx,
+            DeadLetterCode.INVALID_UBF_BODY,
+            sender,
+            raw_target,
+            raw_target,
+            _record(parent, parent_id, raw_target, hop, body),
+            problem,
+        )
+        return
+    if emitter.contract is not None:
+        violation = emits_violation(emitter.contract, hop, body)
+        if violation is not None:
+            if message is not None and message.reply_to is not None:
+                _route(table, fx, sender, substrate_reply(message, "contract_violation", violation))
+            else:
+                dead_letter(
+                    fx,
+                    DeadLetterCode.CONTRACT_VIOLATION,
+                    sender,
+                    raw_target,
+                    raw_target,
+                    _record(parent, parent_id, raw_target, hop, body),
+                    violation,
+                )
+            return
+    context = parent.headers.context
+    if is_colony_endpoint(raw_target):
+        direct = _record(parent, parent_id, raw_target, hop, body)
+        direct.reply_to = sender
+        direct.headers = Headers(context, hop)
+        _route(table, fx, sender, direct)
+        return
+    taken, skipped = table.edges.evaluate(sender, Headers(context, hop))
+    if skipped:
+        _note_skipped(fx, skipped, parent)
+    if not taken:
+        dead_letter(
+            fx,
+            DeadLetterCode.NO_ROUTE,
+            sender,
+            raw_target,
+            raw_target,
+            _record(parent, parent_id, raw_target, hop, body),
+            "the emission matched none of the cell's out-edges",
+        )
+        return
+    for follow in emission_follow_ups(parent, sender, taken, body, parent.ttl, table.default_ttl):
+        if message is None:
+            follow.parent_message_id = None
+        _route(table, fx, sender, follow)
+
+
+# -- however handling ended -------------------------------------------------------------------
+
+
+_ANSWERED = frozenset({DeadLetterCode.CONSUMES_VIOLATION, DeadLetterCode.MESSAGE_TIMEOUT})
+"""Refusals its ``reply_to`` is told about (a dead letter only when there is none)."""
+
+
+def route_outcome(
+    table: RoutingTable, emitter: Emitter, message: Envelope | None, outcome: Outcome
+) -> Effects:
+    """What how the handling of ``message`` by ``emitter`` ended causes: its emissions routed,
+    an error reply to ``reply_to``, or a dead letter."""
+    fx = Effects()
+    cell = emitter.path
+    match outcome:
+        case Outputs(outputs=outputs):
+            _emissions(table, fx, emitter, message, outputs)
+        case Crashed(error=error):
+            assert message is not None
+            dead_letter(fx, DeadLetterCode.CELL_CRASHED, cell, message.target, cell, message, error)
+        case TimedOut():
+            assert message is not None
+            _refuse(
+                table,
+                fx,
+                cell,
+                message,
+                DeadLetterCode.MESSAGE_TIMEOUT,
+                "message_timeout backstop elapsed",
+            )
+        case Refused(code=code, detail=detail):
+            assert message is not None
+            if code in _ANSWERED:
+                _refuse(table, fx, cell, message, code, detail)
+            else:  # the cell has failed: nobody is told but the dead letters
+                sender = message.reply_to or cell
+                dead_letter(fx, code, sender, message.target, cell, message, detail)
+        case _:
+            assert_never(outcome)
+    return fx
+
+
+def _refuse(
+    table: RoutingTable,
+    fx: Effects,
+    cell: str,
+    message: Envelope,
+    code: DeadLetterCode,
+    text: str,
+) -> None:
+    if message.reply_to is not None:
+        _route(table, fx, cell, substrate_reply(message, str(code), text))
+    else:
+        dead_letter(fx, code, cell, message.target, cell, message, text)
+
+
+# -- the messages routing derives -----------------------------------------------------------
+
+
+def _origin(sender: str, ttl: int) -> Envelope:
+    """The stand-in parent of a long-running cell's own emission: a fresh trace, no context."""
+    trace = uuid7()
+    return Envelope(
+        id=trace,
+        trace_id=trace,
+        parent_message_id=None,
+        correlation_id=None,
+        target=sender,
+        reply_to=None,
+        ttl=ttl,
+        headers=Headers({}, {}),
+        body={},
+        created_at=int(time.time()),
+    )
+
+
+def _record(
+    parent: Envelope, parent_id: str | None, target: str, hop: JsonObject, body: Any
+) -> Envelope:
+    """The message an emission would have become (what a dead letter stores)."""
+    return Envelope(
+        id=uuid7(),
+        trace_id=parent.trace_id,
+        parent_message_id=parent_id,
+        correlation_id=parent.correlation_id,
+        target=target,
+        reply_to=None,
+        ttl=parent.ttl,
+        headers=Headers(parent.headers.context, hop),
+        body=body,
+        created_at=int(time.time()),
+    )
 
 
 def transit_follow_ups(message: Envelope, decision: Transit, default_ttl: int) -> list[Envelope]:

@@ -26,8 +26,7 @@ import contextlib
 import functools
 import inspect
 import traceback
-from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Callable, Coroutine, Sequence
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -37,8 +36,10 @@ from colony.contracts import ConsumesGate
 from colony.dead_letters import DeadLetterCode
 from colony.envelope import Envelope, JsonObject, split_content
 from colony.failures import error_code, error_text, error_traceback
+from colony.inflight import InFlight
 from colony.mailbox import Mailbox
-from colony.watchdog import WaitGraph
+from colony.outcome import Crashed, Outcome, Outputs, Refused, TimedOut
+from colony.routing import Emitter
 
 
 class CellState(StrEnum):
@@ -58,37 +59,26 @@ class CellState(StrEnum):
 class Host(Protocol):
     """What a runner needs from the colony (implemented by :class:`colony.colony.Colony`)."""
 
-    config: ColonyConfig
-    log: Any
-    waits: WaitGraph
-
-    async def route_outputs(
+    async def settle(
         self,
         runner: CellRunner,
         message: Envelope | None,
-        outputs: Sequence[Output],
+        outcome: Outcome,
         *,
         key: str | None = None,
-    ) -> None: ...
-
-    def unit(self, runner: CellRunner, message: Envelope) -> AbstractAsyncContextManager[Any]:
-        """Scope of handling one message: what it causes is committed with its removal from
-        the journal, then delivered (at-least-once; a no-op under at-most-once)."""
+    ) -> None:
+        """Carry out how handling ``message`` ended (``message`` None: a long-running cell's
+        own emissions; ``key`` drops one taken in before). Returns once it is committed with
+        the message's removal from the journal, so the cell may acknowledge its source."""
         ...
 
-    async def substrate_reply(
-        self, runner: CellRunner, message: Envelope, code: DeadLetterCode, text: str
-    ) -> None: ...
+    def status_changed(self, runner: CellRunner) -> None:
+        """The runner became failed, or was revived: the registry records it."""
+        ...
 
-    def dead_letter_message(
-        self, code: DeadLetterCode, sender: str, message: Envelope, resolved: str, detail: str
-    ) -> None: ...
 
-    def message_queued(self) -> None: ...
-
-    def message_done(self) -> None: ...
-
-    def status_changed(self, runner: CellRunner) -> None: ...
+Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
+"""Starts a runner's task in the task group that owns every cell task."""
 
 
 class _Restart(Exception):
@@ -105,10 +95,9 @@ class _Context:
     async def emit(
         self, content: JsonObject, target: str | None = None, *, key: str | None = None
     ) -> None:
-        self._runner.log_failures(None, [content])
-        await self._runner.host.route_outputs(
-            self._runner, None, [Emission(content, target)], key=key
-        )
+        outputs = [Emission(content, target)]
+        self._runner.log_failures(None, outputs)
+        await self._runner.host.settle(self._runner, None, Outputs(outputs), key=key)
 
 
 _FAIR_SHARE = 64
@@ -136,10 +125,16 @@ class CellRunner:
         cell_type: CellType,
         mailbox: Mailbox,
         *,
+        config: ColonyConfig,
+        log: Any,
+        in_flight: InFlight,
         cell_id: str,
         active: bool = True,
     ) -> None:
         self.host = host
+        self.config = config
+        self.log = log
+        self.in_flight = in_flight
         self.spec = spec
         self.path = spec.path
         self.type = cell_type
@@ -152,10 +147,13 @@ class CellRunner:
         self.restart_limit = (
             spec.cell.restart_limit
             if spec.cell.restart_limit is not None
-            else host.config.restart_max_retries
+            else config.restart_max_retries
         )
         self.gate = ConsumesGate.from_contract(spec.contract)
-        colony = host.config
+        checked = config.strict_validation and not cell_type.checks_own_emits
+        self.emitter = Emitter(spec.path, spec.contract if checked else None)
+        """What routing needs of this cell to route its emissions."""
+        colony = config
         idle_ms = (
             spec.cell.idle_timeout_ms
             if spec.cell.idle_timeout_ms is not None
@@ -168,10 +166,10 @@ class CellRunner:
             if cell_type.cell_class is CellClass.STATEFUL
             else CellState.AWAKE
         )
-        self.handled = 0
         self._in_a_row = 0
         """Messages taken without waiting since the loop last ran anything else."""
         self._task: asyncio.Task[None] | None = None
+        self._spawn: Spawn | None = None
 
     @functools.cached_property
     def message_timeout(self) -> float | None:
@@ -182,7 +180,7 @@ class CellRunner:
         timeout_ms = (
             spec.cell.message_timeout
             if spec.cell.message_timeout is not None
-            else self.host.config.message_timeout_default_ms
+            else self.config.message_timeout_default_ms
         )
         if spec.cell.message_timeout is None and timeout_ms > 0 and cell_type.backstop_floor_ms:
             floor = cell_type.backstop_floor_ms(spec.params)
@@ -190,34 +188,12 @@ class CellRunner:
                 timeout_ms = max(timeout_ms, floor)
         return None if cell_type.cell_class is CellClass.LONG_RUNNING else _seconds(timeout_ms)
 
-    # -- delivery ---------------------------------------------------------------------------
-
-    async def deliver(self, message: Envelope, sender: str) -> None:
-        """Queue a message, waiting while the mailbox is full (backpressure, never a drop)."""
-        if self.mailbox.full():
-            self.host.log.warning(
-                "mailbox_full",
-                target=self.path,
-                sender=sender,
-                trace_id=message.trace_id,
-                message_id=message.id,
-                mailbox_capacity=self.mailbox.capacity,
-                reason="mailbox_full",
-                detail="the target mailbox is full; this delivery waits until the cell takes "
-                "a message (raise cell.mailbox_size or colony.json mailbox_default_capacity)",
-            )
-            self.host.message_queued()
-            with self.host.waits.waiting(sender, self.path):  # the watchdog sees who waits
-                await self.mailbox.put(message)
-            return
-        self.host.message_queued()
-        await self.mailbox.put(message)
-
     # -- lifecycle --------------------------------------------------------------------------
 
-    def start(self) -> asyncio.Task[None]:
-        self._task = asyncio.create_task(self._main(), name=f"cell {self.path}")
-        return self._task
+    def start(self, spawn: Spawn) -> None:
+        """Start the cell's task in the colony's task group (``spawn``)."""
+        self._spawn = spawn
+        self._task = spawn(self._main(), f"cell {self.path}")
 
     def fail_at_boot(self) -> None:
         """The registry says this cell failed in an earlier run: wire it, never spawn it."""
@@ -243,14 +219,15 @@ class CellRunner:
             else CellState.AWAKE
         )
         self.host.status_changed(self)
-        self.host.log.warning(
+        self.log.warning(
             "cell_revived",
             cell=self.path,
             active=self.active,
             detail="an operator revived the failed cell; it takes messages again with a fresh "
             "restart count",
         )
-        self.start()
+        assert self._spawn is not None  # a failed cell was started before
+        self.start(self._spawn)
         return True
 
     async def stop(self) -> None:
@@ -283,7 +260,7 @@ class CellRunner:
             try:
                 await cell.close()
             except Exception as exc:
-                self.host.log.warning(
+                self.log.warning(
                     "cell_close_failed",
                     cell=self.path,
                     error=f"{type(exc).__name__}: {exc}",
@@ -292,15 +269,11 @@ class CellRunner:
 
     # -- one message ------------------------------------------------------------------------
 
-    async def _process(self, cell: Cell, message: Envelope) -> bool:
-        """Handle one message; True when the cell must be restarted."""
+    async def _process(self, cell: Cell, message: Envelope) -> Outcome:
+        """Handle one message: the ``consumes`` gate, then the cell under the backstop."""
         problem = self.gate.violation(message)
         if problem is not None:
-            await self.host.substrate_reply(
-                self, message, DeadLetterCode.CONSUMES_VIOLATION, problem
-            )
-            return False
-        self.handled += 1
+            return Refused(DeadLetterCode.CONSUMES_VIOLATION, problem)
         backstop = asyncio.timeout(self.message_timeout)
         try:
             async with backstop:
@@ -308,33 +281,25 @@ class CellRunner:
         except TimeoutError:
             if not backstop.expired():
                 return self._crashed(message, TimeoutError("the cell raised TimeoutError"))
-            self.host.log.warning(
+            self.log.warning(
                 "message_timeout",
                 cell=self.path,
                 message_id=message.id,
                 trace_id=message.trace_id,
                 timeout_ms=int((self.message_timeout or 0) * 1000),
             )
-            await self.host.substrate_reply(
-                self, message, DeadLetterCode.MESSAGE_TIMEOUT, "message_timeout backstop elapsed"
-            )
-            return self.type.cell_class is not CellClass.STATELESS
+            return TimedOut()
         except Exception as exc:
             return self._crashed(message, exc)
         if outputs:
             self.log_failures(message, outputs)
-            try:
-                await self.host.route_outputs(self, message, outputs)
-            except Exception as exc:  # a bug in routing: say so, keep the cell alive
-                self.host.log.error(
-                    "route_failed",
-                    cell=self.path,
-                    message_id=message.id,
-                    trace_id=message.trace_id,
-                    error=f"{type(exc).__name__}: {exc}",
-                    traceback=_traceback(exc),
-                )
-        return False
+        return Outputs(outputs or ())
+
+    def _restarts(self, outcome: Outcome) -> bool:
+        """Whether ``outcome`` tears the instance down (a stateless cell's is shared: never)."""
+        return isinstance(outcome, (Crashed, TimedOut)) and (
+            self.type.cell_class is not CellClass.STATELESS
+        )
 
     def log_failures(self, message: Envelope | None, outputs: Sequence[Output]) -> None:
         """One ERROR line per error emission (``hop.finish_reason: "error"``), with its code
@@ -348,7 +313,7 @@ class CellRunner:
             if code is None:
                 continue
             _, body = split_content(content)
-            self.host.log.error(
+            self.log.error(
                 "cell_error",
                 cell=self.path,
                 error_code=code,
@@ -358,8 +323,8 @@ class CellRunner:
                 message_id=None if message is None else message.id,
             )
 
-    def _crashed(self, message: Envelope, exc: BaseException) -> bool:
-        self.host.log.error(
+    def _crashed(self, message: Envelope, exc: BaseException) -> Crashed:
+        self.log.error(
             "cell_crashed",
             cell=self.path,
             message_id=message.id,
@@ -369,26 +334,19 @@ class CellRunner:
             detail="the message is dead-lettered cell_crashed; the cell restarts with its "
             "queued messages",
         )
-        self.host.dead_letter_message(
-            DeadLetterCode.CELL_CRASHED,
-            self.path,
-            message,
-            self.path,
-            f"{type(exc).__name__}: {exc}",
-        )
-        return self.type.cell_class is not CellClass.STATELESS
+        return Crashed(f"{type(exc).__name__}: {exc}")
 
     def _count_restart(self) -> bool:
         """Count a restart; True when the cell has now failed."""
         self.restarts += 1
         if self.restarts <= self.restart_limit:
-            self.host.log.warning(
+            self.log.warning(
                 "cell_restarting", cell=self.path, restarts=self.restarts, limit=self.restart_limit
             )
             return False
         self.state = CellState.FAILED
         self.active = False
-        self.host.log.error(
+        self.log.error(
             "cell_failed",
             cell=self.path,
             restarts=self.restarts - 1,
@@ -406,16 +364,11 @@ class CellRunner:
             message = await self._next(None)
             assert message is not None  # no idle timeout: it waits for one
             try:
-                async with self.host.unit(self, message):
-                    self.host.dead_letter_message(
-                        DeadLetterCode.CELL_INACTIVE,
-                        message.reply_to or self.path,
-                        message,
-                        self.path,
-                        "the cell has failed",
-                    )
+                await self.host.settle(
+                    self, message, Refused(DeadLetterCode.CELL_INACTIVE, "the cell has failed")
+                )
             finally:
-                self.host.message_done()
+                self.in_flight.done()
 
     # -- the three classes ------------------------------------------------------------------
 
@@ -458,20 +411,19 @@ class CellRunner:
                 cell = None
                 self.state = CellState.ASLEEP
                 continue
-            restart = False
             try:
-                async with self.host.unit(self, message):
-                    if cell is None:
-                        try:
-                            cell = await self._make_cell()
-                            self._cell = cell
-                        except Exception as exc:
-                            restart = self._crashed(message, exc)
-                    if cell is not None:
-                        restart = await self._process(cell, message)
+                if cell is None:
+                    try:
+                        cell = await self._make_cell()
+                        self._cell = cell
+                    except Exception as exc:
+                        outcome: Outcome = self._crashed(message, exc)
+                if cell is not None:
+                    outcome = await self._process(cell, message)
+                await self.host.settle(self, message, outcome)
             finally:
-                self.host.message_done()
-            if restart:
+                self.in_flight.done()
+            if self._restarts(outcome):
                 await self._close(cell)
                 cell = None
                 if self._count_restart():
@@ -486,7 +438,7 @@ class CellRunner:
         try:
             cell = await self._make_cell()
         except Exception as exc:
-            self.host.log.error(
+            self.log.error(
                 "cell_start_failed",
                 cell=self.path,
                 error=f"{type(exc).__name__}: {exc}",
@@ -510,21 +462,17 @@ class CellRunner:
 
     async def _work(self, cell: Cell, message: Envelope, slots: asyncio.Semaphore) -> None:
         try:
-            async with self.host.unit(self, message):
-                try:
-                    await self._process(cell, message)
-                except Exception as exc:  # routing failed: never let one message kill the cell
-                    self._crashed(message, exc)
+            await self.host.settle(self, message, await self._process(cell, message))
         finally:
             slots.release()
-            self.host.message_done()
+            self.in_flight.done()
 
     async def _run_long_running(self) -> None:
         while True:
             try:
                 cell = await self._make_cell()
             except Exception as exc:
-                self.host.log.error(
+                self.log.error(
                     "cell_start_failed",
                     cell=self.path,
                     error=f"{type(exc).__name__}: {exc}",
@@ -543,7 +491,7 @@ class CellRunner:
                 pass
             except* Exception as errors:
                 first = errors.exceptions[0]
-                self.host.log.error(
+                self.log.error(
                     "cell_io_crashed",
                     cell=self.path,
                     error=f"{type(first).__name__}: {first}",
@@ -563,11 +511,11 @@ class CellRunner:
             message = await self._next(None)
             assert message is not None  # no idle timeout: it waits for one
             try:
-                async with self.host.unit(self, message):
-                    restart = await self._process(cell, message)
+                outcome = await self._process(cell, message)
+                await self.host.settle(self, message, outcome)
             finally:
-                self.host.message_done()
-            if restart:
+                self.in_flight.done()
+            if self._restarts(outcome):
                 raise _Restart
 
 

@@ -20,6 +20,7 @@ cells registered at the given paths before boot, so trees whose edges end in ``/
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
@@ -28,14 +29,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from colony.boot import ExtraCell, open_colony
 from colony.cell import CellClass, CellSpec, CellType, param_checks
-from colony.colony import Colony, ExtraCell
+from colony.colony import Colony
 from colony.config.diagnostics import render_text
 from colony.config.loader import load_tree
 from colony.envelope import Envelope, source_message
 from colony.errors import ConfigError
 from colony.observability import list_logger
-from colony.persist.db import ColonyDb, DeadLetterRow, MessageLogEntry
+from colony.persist.records import DeadLetterRow, MessageLogEntry
 from colony.scripted import *  # noqa: F403  (the scripted provider servers, re-exported)
 from colony.scripted import __all__ as _scripted
 
@@ -95,7 +97,7 @@ class ColonyHarness:
         self.records: list[dict[str, Any]] = []
         """Every log event of the colony, as dicts (``event``, ``log_level``, fields)."""
         self._colony: Colony | None = None
-        self._db: ColonyDb | None = None
+        self._stack = contextlib.AsyncExitStack()
 
     # -- context manager ----------------------------------------------------------------------
 
@@ -117,23 +119,23 @@ class ColonyHarness:
             raise ConfigError(
                 list(result.diagnostics), render_text(result.diagnostics, root=str(self.tree_dir))
             )
-        from cells import prepare
+        from cells import close_shared_resources, prepare
 
-        await prepare((node.type, node.config.params) for node in result.tree.cells.values())
-        self._db = ColonyDb(root / "colony.db")
         extra = [ExtraCell(path, _capture_type(self._captured[path])) for path in self._capture]
+        self._stack = contextlib.AsyncExitStack()
         try:
-            self._colony = Colony.from_tree(
-                result.tree,
-                cell_types,
-                db=self._db,
-                log=list_logger(self.records, self._log_level),
-                extra=extra,
-                log_messages=self._log_messages,
+            self._colony = await self._stack.enter_async_context(
+                open_colony(
+                    result.tree,
+                    cell_types,
+                    log=list_logger(self.records, self._log_level),
+                    prepare=prepare,
+                    release=close_shared_resources,
+                    extra=extra,
+                    log_messages=self._log_messages,
+                )
             )
-            await self._colony.start()
         except BaseException:
-            self._db.close()
             self._cleanup()
             raise
         return self
@@ -144,14 +146,10 @@ class ColonyHarness:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._colony is not None:
-            await self._colony.stop()
-        if self._db is not None:
-            self._db.close()
-        from cells import close_shared_resources
-
-        await close_shared_resources()
-        self._cleanup()
+        try:
+            await self._stack.aclose()
+        finally:
+            self._cleanup()
 
     def _point_llm_cells(self, root: Path) -> None:
         """Rewrite ``params.base_url`` of llm cells in the copy (one URL for all, or per path)."""

@@ -12,6 +12,7 @@ CODE = CellType(
     CodeCell,
     default_max_concurrency=4,
     check_params=pydantic_check(CodeParams, check_folder),
+    checks_own_emits=True,
 )
 
 __all__ = ["CODE", "CodeCell", "CodeParams"]

@@ -10,20 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from colony.dead_letters import DeadLetter
+from colony.effects import Delivery, LogRow
 from colony.envelope import Envelope
-
-
-@dataclass(frozen=True, slots=True)
-class LogRow:
-    """One routing decision into a cell or hive (meclaw's ``message_log`` row)."""
-
-    message: Envelope
-    from_path: str
-    to_path: str
-    ttl: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +49,8 @@ class Unit:
     key: str | None = None
     logs: list[LogRow] = field(default_factory=list)
     letters: list[DeadLetter] = field(default_factory=list)
-    deliveries: list[tuple[Any, Envelope, str]] = field(default_factory=list)
-    """``(runner, message, sender)``: put into the runner's mailbox once committed."""
-    closed: bool = False
+    deliveries: list[Delivery] = field(default_factory=list)
+    """Journal inserts: the caller puts them into the mailboxes once committed."""
     duplicate: bool = False
     message: Envelope | None = None
     """The handled message (or the ingress's own): what is dead-lettered if the unit cannot
@@ -69,12 +58,6 @@ class Unit:
     fail_fast: bool = False
     """An ingress whose caller answers at once: fail it while the storage is unavailable
     instead of keeping it for a retry."""
-
-    def log(self, message: Envelope, from_path: str, to_path: str) -> None:
-        self.logs.append(LogRow(message, from_path, to_path, message.ttl))
-
-    def dead_letter(self, letter: DeadLetter) -> None:
-        self.letters.append(letter)
 
 
 Done = Callable[[BaseException | None], None]
@@ -103,3 +86,7 @@ class Stop:
 
 
 Piece = LogRow | DeadLetter | Registry | Forget | Commit
+"""What one writer transaction applies; each can be applied, or fail, on its own."""
+
+Item = Piece | Fence | Stop
+"""Everything the writer's queue carries."""

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any
+from typing import Any, assert_never
 
 from colony.dead_letters import DeadLetter, DeadLetterCode
+from colony.effects import LogRow
 from colony.envelope import Envelope
 from colony.persist.escape import storable_json, storable_optional, storable_text
-from colony.persist.items import Commit, Forget, LogRow, Piece, Unit
+from colony.persist.items import Commit, Forget, Piece, Registry, Unit
+from colony.persist.schema import MESSAGE_LOG_COLUMNS, MESSAGE_LOG_SELECT
+
+_LOG_MARKS = ",".join("?" * len(MESSAGE_LOG_COLUMNS))
 
 UNSTORABLE = DeadLetterCode.UNSTORABLE
 """Dead-letter code of a message whose unit ``colony.db`` could not store."""
@@ -87,7 +91,7 @@ class Rows:
     def unit(self, conn: sqlite3.Connection, unit: Unit) -> None:
         unit.duplicate = False
         if unit.key is not None:
-            trace = unit.deliveries[0][1].trace_id if unit.deliveries else ""
+            trace = unit.deliveries[0].message.trace_id if unit.deliveries else ""
             taken = conn.execute(
                 "INSERT OR IGNORE INTO ingress_keys(key, trace_id, created_at) VALUES (?,?,?)",
                 (storable_text(unit.key), storable_text(trace), int(time.time())),
@@ -99,31 +103,34 @@ class Rows:
             self.log(row)
         for letter in unit.letters:
             self.letter(letter)
-        for runner, message, sender in unit.deliveries:
-            self.journal(runner.path, sender, message)
+        for d in unit.deliveries:
+            self.journal(d.cell, d.sender, d.message)
         if unit.ack is not None:
             self.acks.append((storable_text(unit.ack[0]), storable_text(unit.ack[1])))
 
     def add(self, conn: sqlite3.Connection, piece: Piece) -> None:
-        if isinstance(piece, Commit):
-            self.unit(conn, piece.unit)
-        elif isinstance(piece, LogRow):
-            self.log(piece)
-        elif isinstance(piece, DeadLetter):
-            self.letter(piece)
-        elif isinstance(piece, Forget):
-            self.forgets.append((piece.seq,))
-        else:
-            self.registry.append(
-                (
-                    storable_text(piece.path),
-                    storable_text(piece.cell_id),
-                    storable_text(piece.cell_type),
-                    piece.status,
-                    piece.at,
-                    piece.at,
+        match piece:
+            case Commit():
+                self.unit(conn, piece.unit)
+            case LogRow():
+                self.log(piece)
+            case DeadLetter():
+                self.letter(piece)
+            case Forget():
+                self.forgets.append((piece.seq,))
+            case Registry():
+                self.registry.append(
+                    (
+                        storable_text(piece.path),
+                        storable_text(piece.cell_id),
+                        storable_text(piece.cell_type),
+                        piece.status,
+                        piece.at,
+                        piece.at,
+                    )
                 )
-            )
+            case _:
+                assert_never(piece)
 
     def write(self, conn: sqlite3.Connection) -> None:
         if self.inserts:
@@ -138,9 +145,7 @@ class Rows:
             conn.executemany("DELETE FROM journal WHERE seq = ?", self.forgets)
         if self.logs:
             conn.executemany(
-                "INSERT INTO message_log(id, trace_id, parent_message_id, correlation_id, ttl, "
-                "from_path, to_path, reply_to, headers, body_kind, body_payload, created_at) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT INTO message_log({MESSAGE_LOG_SELECT}) VALUES ({_LOG_MARKS})",
                 self.logs,
             )
         if self.letters:
@@ -209,6 +214,6 @@ def unstorable_letters(unit: Unit, reason: str) -> list[DeadLetter]:
         m = unit.message
         return [DeadLetter(UNSTORABLE, cell or "/", m.target, cell or m.target, m, detail)]
     return [
-        DeadLetter(UNSTORABLE, sender, m.target, runner.path, m, detail)
-        for runner, m, sender in unit.deliveries
+        DeadLetter(UNSTORABLE, d.sender, d.message.target, d.cell, d.message, detail)
+        for d in unit.deliveries
     ]

@@ -129,6 +129,24 @@ _DEAD_LETTER_COLUMNS = (
     ("replayed_as", "TEXT"),
 )
 
+MESSAGE_LOG_COLUMNS = (
+    "id",
+    "trace_id",
+    "parent_message_id",
+    "correlation_id",
+    "ttl",
+    "from_path",
+    "to_path",
+    "reply_to",
+    "headers",
+    "body_kind",
+    "body_payload",
+    "created_at",
+)
+"""A ``message_log`` row's columns in the one order every insert and select uses."""
+
+MESSAGE_LOG_SELECT = ", ".join(MESSAGE_LOG_COLUMNS)
+
 MESSAGE_ID_OF_ENVELOPE = (
     "CASE WHEN json_valid(message_json) THEN json_extract(message_json, '$.id') END"
 )

@@ -32,8 +32,9 @@ from typing import Any
 
 from colony.crashpoints import crash_point
 from colony.dead_letters import DeadLetter
+from colony.errors import ColonyError
 from colony.persist.escape import storable_text
-from colony.persist.items import Commit, Fence, Piece, Stop
+from colony.persist.items import Commit, Fence, Item, Piece, Stop
 from colony.persist.rows import UNSTORABLE, Rows, describe, unstorable_letters
 
 BATCH = 1024
@@ -59,17 +60,23 @@ _STORAGE_CODES = frozenset(
 )
 
 
-class PersistenceError(Exception):
+class PersistenceError(ColonyError):
     """``colony.db`` could not be written."""
+
+    code = "persistence_failed"
 
 
 class StorageUnavailable(PersistenceError):
     """The storage refuses writes for now (disk full, I/O error, the file gone): nothing was
     committed; try again later."""
 
+    code = "storage_unavailable"
+
 
 class UnitRejected(PersistenceError):
     """This unit alone cannot be stored; its message was dead-lettered ``unstorable``."""
+
+    code = "unstorable"
 
 
 def storage_trouble(exc: BaseException) -> bool:
@@ -89,7 +96,7 @@ Event = Callable[[str, dict[str, Any]], None]
 class Writer:
     """Runs in its own thread (``run``) and owns the write connection."""
 
-    def __init__(self, conn: sqlite3.Connection, items: queue.SimpleQueue[Any]) -> None:
+    def __init__(self, conn: sqlite3.Connection, items: queue.SimpleQueue[Item]) -> None:
         self.conn = conn
         self.items = items
         self.on_event: Event | None = None

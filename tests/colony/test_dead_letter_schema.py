@@ -7,7 +7,8 @@ import json
 import sqlite3
 from pathlib import Path
 
-from colony.persist.db import ColonyDb, claim_replay, read_dead_letter, read_dead_letters
+from colony.persist.db import ColonyDb
+from colony.persist.records import claim_replay, read_dead_letter, read_dead_letters
 
 OLD_TABLE = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -25,6 +25,7 @@ from typing import Any
 from colony.activity import active_cells
 from colony.cell import CellClass, CellSpec, CellType
 from colony.config.loader import load_tree
+from colony.effects import Delivery
 from colony.envelope import Envelope, source_message
 from colony.paths import parent
 from colony.persist.db import ColonyDb
@@ -234,7 +235,7 @@ async def _queue_costs(tree: Path, queued: int) -> tuple[float, float]:
     async with harness as colony:
         runner = colony.colony.runners["/q"]
         for _ in range(queued):  # what a routing decision's delivery does
-            await runner.deliver(source_message("/q", BODY), "/")
+            await colony.colony.deliver(Delivery("/q", source_message("/q", BODY), "/"))
         with _timer() as elapsed:
             for _ in range(ROUTED):
                 await colony.colony.route("/", source_message("/q", BODY))
@@ -279,9 +280,8 @@ async def test_a_cell_draining_a_backlog_lets_the_rest_of_the_colony_run(
     async with ColonyHarness(
         tree, cell_types=types, colony=colony_json, log_level="info"
     ) as colony:
-        runner = colony.colony.runners["/q"]
         for _ in range(20_000):
-            await runner.deliver(source_message("/q", BODY), "/")
+            await colony.colony.deliver(Delivery("/q", source_message("/q", BODY), "/"))
         backlog.gate.set()
         await asyncio.sleep(0)  # the drain has begun
         await colony.colony.route("/", source_message("/other", BODY))

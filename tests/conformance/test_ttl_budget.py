@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from colony.envelope import Envelope
-from colony.persist.db import DeadLetterRow, MessageLogEntry
+from colony.persist.records import DeadLetterRow, MessageLogEntry
 from colony.testing import ColonyHarness, ScriptedOpenAI, text_reply, tool_calls_reply
 from tests.conftest import FIXTURES
 

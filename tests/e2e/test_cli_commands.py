@@ -36,9 +36,7 @@ def with_a_dead_letter(make_tree: TreeFactory, text: str = "the lost body") -> P
     message = source_message(
         "/nowhere", {"messages": [{"origin": "user", "type": "text", "text": text}]}
     )
-    db.dead_letter(
-        DeadLetter("unresolved_path", "/", "/nowhere", "/nowhere", message, "no cell here")
-    )
+    db.write([DeadLetter("unresolved_path", "/", "/nowhere", "/nowhere", message, "no cell here")])
     db.close()
     return root
 

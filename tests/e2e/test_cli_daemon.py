@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from colony.persist.db import read_dead_letters
+from colony.persist.records import read_dead_letters
 from tests.conftest import TreeFactory, cell, hive
 
 MECLAW = str(Path(sys.executable).with_name("meclaw"))

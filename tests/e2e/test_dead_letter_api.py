@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from colony.persist.db import ColonyDb, read_dead_letters
+from colony.persist.db import ColonyDb
+from colony.persist.records import read_dead_letters
 from colony.testing import ColonyHarness
 from tests.api_client import Api, served
 from tests.conformance.cells import TEST_TYPES, user

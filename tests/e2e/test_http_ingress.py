@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from colony.admission import Refusal
+from colony.effects import LogRow
 from colony.envelope import source_message
 from colony.httpguard import ServerLimits
 from colony.testing import ColonyHarness, ScriptedAnthropic, anthropic_text
@@ -141,7 +142,7 @@ def strict(text: str) -> Any:
 async def test_no_endpoint_serves_nan_back_as_non_standard_json(api: Api) -> None:
     # A Python cell may emit a float NaN; the message log keeps it. Readers get standard JSON.
     message = source_message("/sink", {"messages": [], "score": float("nan")})
-    api.colony.colony.db.log(message, "@external", "/sink")
+    api.colony.colony.db.write([LogRow(message, "@external", "/sink", message.ttl)])
     await api.colony.settle()
     for path in ("/colony/messages", f"/colony/trace?trace_id={message.trace_id}"):
         response = await api.client.get(path)

@@ -12,8 +12,12 @@ from typing import Any
 import pytest
 
 from colony.cell import CellClass, CellType
+from colony.effects import Delivery, LogRow
 from colony.envelope import Envelope, source_message
-from colony.persist.db import UNSTORABLE, ColonyDb, LogRow, Unit, UnitRejected, read_registry
+from colony.persist.db import ColonyDb, UnitRejected
+from colony.persist.items import Unit
+from colony.persist.records import read_registry
+from colony.persist.rows import UNSTORABLE
 from colony.testing import ColonyHarness
 from tests.conftest import TreeFactory, cell, hive
 
@@ -37,11 +41,10 @@ async def test_a_unit_that_cannot_be_stored_fails_alone_and_its_message_is_dead_
     tmp_path: Path,
 ) -> None:
     db = ColonyDb(tmp_path / "colony.db")
-    cell_runner = SimpleNamespace(path="/cell")
     handled = [source_message("/cell", BODY) for _ in range(3)]
     try:
         # Three messages journalled for /cell, as deliveries are.
-        await db.commit(Unit(deliveries=[(cell_runner, m, "/") for m in handled]))
+        await db.commit(Unit(deliveries=[Delivery("/cell", m, "/") for m in handled]))
         assert [row[0] for row in _journal_rows(db.path)] == [m.id for m in handled]
 
         # Hold the write lock so the next three units queue up and share one batch.
@@ -73,7 +76,7 @@ async def test_a_unit_that_cannot_be_stored_fails_alone_and_its_message_is_dead_
         assert [row.id for row in logged] == [handled[0].id, handled[2].id]
 
         # The writer is not left failed: later units commit and reads work.
-        await db.commit(Unit(deliveries=[(cell_runner, source_message("/cell", BODY), "/")]))
+        await db.commit(Unit(deliveries=[Delivery("/cell", source_message("/cell", BODY), "/")]))
         assert len(_journal_rows(db.path)) == 1
         assert db.unavailable() is None
     finally:
@@ -91,8 +94,8 @@ async def test_a_lone_surrogate_is_stored_escaped_and_reads_back_as_the_same_str
     )
     message.headers.context["k\udc80"] = odd
     try:
-        unit = Unit(deliveries=[(runner, message, "/")], key="http:\udcff")
-        unit.log(message, "@external", "/caf\udce9")
+        unit = Unit(deliveries=[Delivery(runner.path, message, "/")], key="http:\udcff")
+        unit.logs.append(LogRow(message, "@external", "/caf\udce9", message.ttl))
         await db.commit(unit)
         (row,) = await db.message_log()
         assert _text(row.body) == odd

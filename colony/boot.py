@@ -1,0 +1,165 @@
+"""Booting and stopping a colony, in one order, written down once.
+
+Boot: (the caller loads the tree) → prepare the cell types (warm workers fork before any
+thread exists) → open ``colony.db`` → wire the cells → start them. Exit: the reverse. Every
+task the colony runs (each cell, the storage watch, the watchdog) belongs to one task group
+owned by :func:`open_colony`, so an exception in any of them cancels the block it runs under
+and surfaces from it, instead of vanishing in a task nobody awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Mapping,
+    Sequence,
+)
+from dataclasses import dataclass
+from typing import Any
+
+from colony.activity import active_cells
+from colony.cell import CellSpec, CellType
+from colony.colony import Colony
+from colony.config.loader import ColonyTree
+from colony.config.models import CellBlock, Contract
+from colony.edges import EdgeTable, compile_edge
+from colony.expressions import Engine, default_engine
+from colony.gc_pause import gc_paused
+from colony.persist.db import ColonyDb
+from colony.persist.records import read_registry
+
+Prepare = Callable[[Iterable[tuple[str, Any]]], Awaitable[None]]
+"""Readies the cell types a tree uses, given ``(type, params)`` of every cell (the code
+cell's warm worker); raises :class:`colony.errors.BootError` when one cannot start."""
+
+Release = Callable[[], Awaitable[None]]
+"""Frees what :data:`Prepare` and the cells share (workers, HTTP clients), at exit."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExtraCell:
+    """A cell the embedding code adds before boot (the harness's capture cells)."""
+
+    path: str
+    cell_type: CellType
+    params: Any = None
+
+
+@contextlib.asynccontextmanager
+async def open_colony(
+    tree: ColonyTree,
+    cell_types: Mapping[str, CellType],
+    *,
+    log: Any,
+    prepare: Prepare | None = None,
+    release: Release | None = None,
+    extra: Sequence[ExtraCell] = (),
+    engine: Engine | None = None,
+    log_messages: bool = True,
+    on_phase: Callable[[str], None] | None = None,
+) -> AsyncIterator[Colony]:
+    """Boot ``tree`` and yield the running colony; stop it, and everything it started, when
+    the block ends. Raises :class:`colony.errors.BootError` (a cell type cannot start) and
+    :class:`colony.persist.schema.ColonyDbError` (``colony.db`` cannot be opened) before
+    anything runs. ``on_phase`` is told as each boot phase ends (``prepare``, ``wire``,
+    ``start``): what the boot benchmark times."""
+    phase = on_phase or _ignore
+    try:
+        if prepare is not None:
+            await prepare((node.type, node.config.params) for node in tree.cells.values())
+        phase("prepare")
+        db = ColonyDb(tree.root / "colony.db")
+        try:
+            colony = wire(
+                tree,
+                cell_types,
+                db=db,
+                log=log,
+                extra=extra,
+                engine=engine,
+                log_messages=log_messages,
+            )
+            phase("wire")
+            async with asyncio.TaskGroup() as group:
+
+                def spawn(work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+                    return group.create_task(work, name=name)
+
+                try:
+                    with gc_paused():
+                        await colony.start(spawn)
+                    phase("start")
+                    yield colony
+                finally:
+                    await colony.stop()
+        finally:
+            db.close()
+    finally:
+        if release is not None:
+            await release()
+
+
+def _ignore(phase: str) -> None:
+    pass
+
+
+@gc_paused()  # everything made here lives as long as the colony
+def wire(
+    tree: ColonyTree,
+    cell_types: Mapping[str, CellType],
+    *,
+    db: ColonyDb,
+    log: Any,
+    extra: Sequence[ExtraCell] = (),
+    engine: Engine | None = None,
+    log_messages: bool = True,
+) -> Colony:
+    """Wire a loaded tree into a colony. An edge endpoint that names nothing is no refusal
+    (the loader warned about it, as ``--validate`` does): what is routed there is
+    dead-lettered ``unresolved_path``."""
+    engine = engine or default_engine()
+    edges = EdgeTable((compile_edge(d, engine) for d in tree.edges), engine)
+    colony = Colony(
+        root=tree.root,
+        config=tree.colony,
+        edges=edges,
+        hives=frozenset(tree.hives),
+        db=db,
+        log=log,
+        log_messages=log_messages,
+    )
+    activity = active_cells(
+        list(tree.cells), tree.hives, ((d.from_path, d.to_path) for d in tree.edges)
+    )
+    registry = read_registry(db.path)  # ids kept across boots, and who failed before
+    for node in tree.cells.values():
+        spec = CellSpec(
+            path=node.path,
+            type=node.type,
+            folder=node.folder,
+            params=node.config.params,
+            contract=node.config.contract,
+            cell=node.config.cell,
+            colony=tree.colony,
+            log=log.bind(cell=node.path),
+        )
+        colony.add(spec, cell_types[node.type], activity[node.path], registry)
+    for cell in extra:
+        spec = CellSpec(
+            path=cell.path,
+            type=cell.cell_type.name,
+            folder=None,
+            params=cell.params,
+            contract=Contract(version="1", settings={}),
+            cell=CellBlock(type=cell.cell_type.name, timeout=-1),
+            colony=tree.colony,
+            log=log.bind(cell=cell.path),
+        )
+        colony.add(spec, cell.cell_type, True, registry)
+    return colony

@@ -1,0 +1,188 @@
+"""The unit of work: one hand-off's effects, committed before any of it is carried out.
+
+Under at-least-once delivery (``colony.json delivery``, the default) a hand-off is one
+transaction of ``colony.db``: the handled message leaves the journal (``ack``), and its
+message-log rows, its dead letters and every delivery it causes (journal rows) enter it. A
+crash leaves the handled message and none of its effects, or its effects and not the message.
+Under at-most-once delivery the same effects are applied without a commit: the rows go to the
+writer one by one and nobody waits. That is the only difference between the two modes.
+
+At boot, :meth:`Journal.redeliver` hands what the journal held to the cells' mailboxes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from colony.dead_letters import DeadLetterCode
+from colony.effects import Effects
+from colony.envelope import Envelope
+from colony.mailbox import Mailbox
+from colony.persist.db import ColonyDb, UnitRejected
+from colony.persist.escape import storable_text
+from colony.persist.items import Unit
+from colony.persist.journal import CellBacklog, JournalSnapshot
+from colony.routing import dead_letter
+
+UNAWAITED_MAX = 256
+"""Commits handed to the writer without waiting, at most, before one is waited for: a cell
+draining a backlog must not pile up work that everyone else's commits then queue behind."""
+
+Committed = Literal["applied", "duplicate", "rejected"]
+
+_SAMPLE = 20
+"""Redelivered messages named one by one in the boot log line."""
+
+
+class Recipient(Protocol):
+    """A cell as redelivery sees it."""
+
+    @property
+    def active(self) -> bool: ...
+
+    @property
+    def mailbox(self) -> Mailbox: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """The handled message a hand-off removes from the journal."""
+
+    message_id: str
+    cell: str
+
+
+class Journal:
+    """Commits hand-offs into ``colony.db`` (see the module docstring)."""
+
+    def __init__(self, db: ColonyDb, *, durable: bool) -> None:
+        self.db = db
+        self.durable = durable
+        """At-least-once delivery: deliveries are journal rows, committed before they are put."""
+        self._unawaited = 0
+        """Commits handed over since the last one waited for (see ``UNAWAITED_MAX``)."""
+
+    async def commit(
+        self,
+        effects: Effects,
+        *,
+        ack: Ack | None = None,
+        key: str | None = None,
+        message: Envelope | None = None,
+        fail_fast: bool = False,
+    ) -> Committed:
+        """Make ``effects`` durable: ``applied`` when they are to be carried out, ``duplicate``
+        when ``key`` was taken in before, ``rejected`` when the unit could not be stored and
+        ``message`` was dead-lettered ``unstorable`` instead.
+
+        ``message`` is the handled (or ingress) message, what a unit that cannot be stored
+        leaves in the dead letters. A ``fail_fast`` unit (an ingress whose caller answers at
+        once) raises :class:`colony.persist.db.StorageUnavailable` while the storage refuses
+        writes and :class:`colony.persist.db.UnitRejected` when it cannot be stored; any other
+        unit waits until it can be written."""
+        if not self.durable:
+            if effects.logs or effects.letters:
+                self.db.write([*effects.logs, *effects.letters])
+            return "applied"
+        if ack is None and key is None and not effects:
+            return "applied"
+        unit = Unit(
+            ack=None if ack is None else (ack.message_id, ack.cell),
+            key=key,
+            logs=effects.logs,
+            letters=effects.letters,
+            deliveries=effects.deliveries,
+            message=message,
+            fail_fast=fail_fast,
+        )
+        if ack is not None and not effects.deliveries and self._unawaited < UNAWAITED_MAX:
+            # Nothing waits on this commit: the writer applies units in order, so a later
+            # unit never lands without it; a crash before it only redelivers the message.
+            self._unawaited += 1
+            self.db.commit_later(unit)
+            return "applied"
+        # Awaited: once it is in, so is every unit handed over before it (the writer is FIFO).
+        self._unawaited = 0
+        try:
+            await self.db.commit(unit)
+        except UnitRejected:
+            # The writer logged it and dead-lettered the message (``unstorable``); nothing of
+            # it is carried out. Only an ingress's caller has someone to tell.
+            if fail_fast:
+                raise
+            return "rejected"
+        return "duplicate" if unit.duplicate else "applied"
+
+    async def redeliver(self, cells: Mapping[str, Recipient], log: Any) -> dict[str, int]:
+        """Attach what the journal holds to the mailboxes, before any cell runs; returns how
+        many messages each cell gets back.
+
+        Each cell then reads its own messages a page at a time, oldest first and ahead of
+        anything delivered later, so per cell the order is the order of the first delivery and
+        a journal larger than memory is never read whole. What the journal holds for a cell
+        that left the tree (``unresolved_path``) or is inactive (``cell_inactive``) is
+        dead-lettered."""
+        if not self.durable:
+            return {}
+        snapshot = await asyncio.to_thread(self.db.journal)
+        if not snapshot.cells:
+            return {}
+        head = await asyncio.to_thread(snapshot.head, _SAMPLE)
+        stored = {storable_text(path): (path, cell) for path, cell in cells.items()}
+        per_cell: dict[str, int] = {}
+        gone = 0
+        for name, count in snapshot.cells.items():
+            found = stored.get(name)
+            if found is None or not found[1].active:
+                gone += await self._dead_letter(snapshot, name, found is None, log)
+                continue
+            found[1].mailbox.attach(CellBacklog(snapshot, name))
+            per_cell[found[0]] = count
+        log.warning(
+            "journal_redelivered",
+            messages=sum(per_cell.values()),
+            dead_lettered=gone,
+            cells=per_cell,
+            traces=sorted({e.message.trace_id for e in head}),
+            sample=[
+                {
+                    "id": e.message.id,
+                    "cell": e.cell,
+                    "sender": e.sender,
+                    "trace_id": e.message.trace_id,
+                }
+                for e in head
+            ],
+            detail="these messages were in flight when the daemon last stopped; each is "
+            "delivered again, in order per cell (at-least-once delivery)",
+        )
+        return per_cell
+
+    async def _dead_letter(self, snapshot: JournalSnapshot, cell: str, gone: bool, log: Any) -> int:
+        """Dead-letter, a page at a time, what the journal holds for one cell."""
+        code = DeadLetterCode.UNRESOLVED_PATH if gone else DeadLetterCode.CELL_INACTIVE
+        after = done = 0
+        while page := await asyncio.to_thread(snapshot.page, cell, after):
+            fx = Effects()
+            for entry in page:
+                dead_letter(
+                    fx,
+                    code,
+                    entry.sender,
+                    entry.message.target,
+                    entry.cell,
+                    entry.message,
+                    "the journal held this message for a cell that is no longer in the tree "
+                    "or no longer active",
+                )
+            self.db.write(fx.letters)
+            for note in fx.notes:
+                getattr(log, note.level)(note.event, **note.fields)
+            self.db.forget([entry.seq for entry in page])
+            after = page[-1].seq
+            done += len(page)
+            await self.db.flush()  # one page in memory at a time
+        return done
