@@ -55,9 +55,8 @@ def two_cell_cycle() -> dict[str, Any]:
 
 
 @DEADLOCK
-async def test_a_tool_loop_with_three_times_as_many_conversations_as_mailbox_room_answers_each_once() -> (
-    None
-):
+async def test_a_tool_loop_fuller_than_its_mailboxes_answers_every_conversation_once() -> None:
+    # six conversations in flight against mailboxes of two
     result = await run_load(6, rounds=3, tools=2, timeout=DEADLINE, stall=STALL, colony=CAPACITY)
     assert result.ok, result.summary()
     assert result.answered == 6
