@@ -3,7 +3,7 @@
 Used by ``bench/load.py`` (throughput, peak memory) and by the load test in ``make test`` (zero
 loss, zero duplicates). The tree is ``fixtures/trees/ttl-budget``: capture → llm → dispatcher
 → calc → collector ⇄ store → llm, the round claimed by the store's guarded update. The model is
-a :class:`~colony.scripted.ScriptedOpenAI` with a responder, so each conversation gets the
+a :class:`~scripted.ScriptedOpenAI` with a responder, so each conversation gets the
 answer its own request calls for — ``tools`` parallel calls per round for ``rounds`` rounds,
 then a text that names the conversation — however the requests of all of them interleave.
 """
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from colony.scripted import ScriptedOpenAI, ScriptItem, text_reply, tool_calls_reply
 from colony.testing import ColonyHarness
+from scripted import ScriptedOpenAI, ScriptItem, text_reply, tool_calls_reply
 
 __all__ = ["LOOP_TREE", "LoadResult", "run_load"]
 
