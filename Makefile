@@ -22,8 +22,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check colony cells tests bench
-	$(BIN)/ruff format --check colony cells tests bench
+	$(BIN)/ruff check colony cells scripted tests bench
+	$(BIN)/ruff format --check colony cells scripted tests bench
 	$(BIN)/mypy
 
 # Every benchmark (each on asyncio's loop and on uvloop), then their headline figures as one

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from colony.demo import offline_tree
-from colony.scripted.search import ScriptedSearch
 from colony.testing import (
     ColonyHarness,
     ScriptedOpenAI,
@@ -33,6 +32,7 @@ from colony.testing import (
     text_reply,
     tool_calls_reply,
 )
+from scripted.search import ScriptedSearch
 
 CHAT = 777
 ROUNDS = 6

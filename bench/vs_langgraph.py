@@ -8,7 +8,7 @@ and decides from the message history it is given; persistence is on on both side
 
 * ours: the store-backed tool loop of ``fixtures/trees/ttl-budget`` (capture → llm →
   dispatcher → tool → collector ⇄ SQLite store → llm), copied to a temporary folder with its
-  tool cell answering the fixed string, against :class:`~colony.scripted.ScriptedOpenAI` on
+  tool cell answering the fixed string, against :class:`~scripted.ScriptedOpenAI` on
   127.0.0.1. Six rounds cost 75–81 routing decisions on the chain that reaches the answer, more
   than the default TTL of 64, so every turn starts with ``TURN_TTL``.
 * LangGraph: a ``StateGraph`` of a model node (a ``BaseChatModel`` answering in process) and a
@@ -163,8 +163,8 @@ def _question(turn: str) -> str:
 
 async def _run_ours(turns: int, warmup: int) -> dict[str, Any]:
     from colony.load import responder
-    from colony.scripted import ScriptedOpenAI, ScriptItem
     from colony.testing import ColonyHarness
+    from scripted import ScriptedOpenAI, ScriptItem
 
     wrong_tool_text: list[str] = []
     respond = responder(ROUNDS, TOOLS)

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from colony.persist.records import MessageLogEntry
-from colony.scripted.search import ScriptedSearch
 from colony.testing import (
     ColonyHarness,
     ScriptedOpenAI,
@@ -38,6 +37,7 @@ from colony.testing import (
     text_reply,
     tool_calls_reply,
 )
+from scripted.search import ScriptedSearch
 
 TOPOLOGY = Path(__file__).resolve().parent.parent / "topologies" / "telegram-research"
 CHAT_ID = 4242

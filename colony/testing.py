@@ -39,8 +39,8 @@ from colony.errors import ConfigError
 from colony.ingress import source_message_of
 from colony.observability import list_logger
 from colony.persist.records import DeadLetterRow, MessageLogEntry
-from colony.scripted import *  # noqa: F403  (the scripted provider servers, re-exported)
-from colony.scripted import __all__ as _scripted
+from scripted import *  # noqa: F403  (the scripted provider servers, re-exported)
+from scripted import __all__ as _scripted
 
 _SKIP_ON_COPY = shutil.ignore_patterns(
     "*.dot", "*.svg", "cell.db", "cell.db-*", "colony.db", "colony.db-*", "log.jsonl"

@@ -5,7 +5,7 @@ in ``make test`` (zero loss, zero duplicates; small mailboxes for the backpressu
 The tree is ``fixtures/trees/ttl-budget``: capture → llm → dispatcher → calc → collector ⇄
 store → llm, the round claimed by the store's guarded update, its ``/sink`` an
 :class:`AnswerLog` that notes when each answer came. The model is a
-:class:`~colony.scripted.ScriptedOpenAI` with a responder, so each conversation gets the answer
+:class:`~scripted.ScriptedOpenAI` with a responder, so each conversation gets the answer
 its own request calls for — ``tools`` parallel calls per round for ``rounds`` rounds, then a
 text that names the conversation — however the requests of all of them interleave.
 
@@ -28,8 +28,8 @@ from typing import Any
 
 from colony.load.answers import AnswerLog, answer_tree
 from colony.load.watch import JournalWatch
-from colony.scripted import ScriptedOpenAI, ScriptItem, text_reply, tool_calls_reply
 from colony.testing import ColonyHarness
+from scripted import ScriptedOpenAI, ScriptItem, text_reply, tool_calls_reply
 
 __all__ = [
     "LOOP_TREE",

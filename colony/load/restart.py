@@ -33,8 +33,8 @@ from typing import Any
 from colony.load.answers import AnswerLog, write_answer_tree
 from colony.load.driver import SAMPLE_SECONDS, LoadResult, question, responder, tally
 from colony.load.watch import JournalWatch, peak_rss_mb
-from colony.scripted import ScriptedOpenAI
 from colony.testing import ColonyHarness
+from scripted import ScriptedOpenAI
 
 TREE, RUN, ANSWERS = "tree", "colony", "answers.jsonl"
 """In the run's folder: the tree booted, the harness's copy of it (colony.db inside), the

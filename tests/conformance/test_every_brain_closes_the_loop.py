@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from colony import scripted as s
+import scripted as s
 from colony.testing import ColonyHarness
 from tests.conftest import FIXTURES
 

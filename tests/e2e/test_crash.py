@@ -39,8 +39,8 @@ import pytest
 
 from colony.crashpoints import ENV as CRASH_ENV
 from colony.demo import offline_tree
-from colony.scripted.search import ScriptedSearch
 from colony.testing import ScriptedOpenAI, ScriptedTelegram, text_reply, tool_calls_reply
+from scripted.search import ScriptedSearch
 
 MECLAW = str(Path(sys.executable).with_name("meclaw"))
 CHAT = 5151

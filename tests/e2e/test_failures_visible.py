@@ -13,8 +13,8 @@ from typing import Any
 
 from colony.observability import file_logger
 from colony.operations import trace_lines
-from colony.scripted import ScriptedOpenAI, error_status
 from colony.testing import ColonyHarness
+from scripted import ScriptedOpenAI, error_status
 from tests.conformance.cells import TEST_TYPES, user
 from tests.conftest import CONTRACT, TreeFactory, cell, hive
 

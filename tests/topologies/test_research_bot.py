@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from colony.demo import offline_tree
-from colony.scripted.core import ScriptedOpenAI, ScriptItem, error_status, text_reply
-from colony.scripted.core import tool_calls_reply as calls
-from colony.scripted.search import ScriptedSearch
-from colony.scripted.telegram import ScriptedTelegram
 from colony.testing import ColonyHarness
+from scripted.core import ScriptedOpenAI, ScriptItem, error_status, text_reply
+from scripted.core import tool_calls_reply as calls
+from scripted.search import ScriptedSearch
+from scripted.telegram import ScriptedTelegram
 
 TOPOLOGY = Path(__file__).resolve().parents[2] / "topologies" / "telegram-research"
 CHAT = 4242

@@ -15,9 +15,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from colony.expressions import JsonValue, default_engine
-from colony.scripted.core import ScriptedOpenAI, ScriptItem, error_status, text_reply
-from colony.scripted.core import tool_calls_reply as calls
-from colony.scripted.search import ScriptedSearch
+from scripted.core import ScriptedOpenAI, ScriptItem, error_status, text_reply
+from scripted.core import tool_calls_reply as calls
+from scripted.search import ScriptedSearch
 from tests.topologies.test_research_bot import (
     CHAT,
     OTTER_KELP,

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from colony.scripted.core import ScriptItem, text_reply
-from colony.scripted.core import tool_calls_reply as calls
-from colony.scripted.search import ScriptedSearch
+from scripted.core import ScriptItem, text_reply
+from scripted.core import tool_calls_reply as calls
+from scripted.search import ScriptedSearch
 from tests.topologies.test_research_bot import research_bot, roles, tool_contents
 
 BIG = 200 * 1024

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from colony.scripted.core import ScriptedOpenAI, ScriptItem, text_reply
-from colony.scripted.core import tool_calls_reply as calls
-from colony.scripted.search import ScriptedSearch
-from colony.scripted.telegram import ScriptedTelegram
 from colony.testing import ColonyHarness
+from scripted.core import ScriptedOpenAI, ScriptItem, text_reply
+from scripted.core import tool_calls_reply as calls
+from scripted.search import ScriptedSearch
+from scripted.telegram import ScriptedTelegram
 from tests.topologies.test_research_bot import (
     CHAT,
     research_env,

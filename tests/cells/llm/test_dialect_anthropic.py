@@ -9,7 +9,7 @@ import pytest
 
 from cells.llm.dialects.anthropic import AnthropicMessages
 from cells.llm.dialects.base import NativeLookup, ReplyError, Tool, TranslateError, tool_from_leaf
-from colony.scripted.anthropic import ScriptedAnthropic
+from scripted.anthropic import ScriptedAnthropic
 from tests.conftest import FIXTURES
 
 D = AnthropicMessages()

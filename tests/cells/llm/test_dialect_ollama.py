@@ -19,14 +19,14 @@ from cells.llm.dialects.base import (
     tool_from_leaf,
 )
 from cells.llm.dialects.ollama import OllamaChat, call_id
-from colony.scripted.ollama import (
+from colony.testing import ColonyHarness
+from scripted.ollama import (
     ScriptedOllama,
     ollama_calls,
     ollama_empty,
     ollama_length,
     ollama_text,
 )
-from colony.testing import ColonyHarness
 from tests.conftest import CONTRACT, TreeFactory, hive
 
 VECTORS = json.loads(

@@ -12,7 +12,7 @@ import pytest
 from cells.llm.cell import encode
 from cells.llm.dialects.base import ReplyError, Tool, TranslateError, call_text, tool_from_leaf
 from cells.llm.dialects.openai_responses import OpenAIResponses
-from colony.scripted.responses import (
+from scripted.responses import (
     ScriptedResponses,
     responses_calls,
     responses_empty,

@@ -24,8 +24,8 @@ import redis.asyncio as redis_asyncio
 
 from cells.llm.cell import LlmCell
 from cells.llm.transcript.redis import RedisStore
-from colony.scripted import ScriptedAnthropic, anthropic_tool_use
 from colony.testing import spec_for
+from scripted import ScriptedAnthropic, anthropic_tool_use
 from tests.cells.llm.test_loop_vectors import LIVE_URL, send, skip_without_live_redis
 
 ROUNDS = 50

@@ -37,15 +37,15 @@ import pytest
 import redis
 import redis.asyncio as redis_asyncio
 
-import colony.scripted as scripted
+import scripted
 from cells.llm import cell as cell_module
 from cells.llm.cell import LlmCell
 from cells.llm.transcript import MemoryStore, Record, SqliteStore, TranscriptStore
 from cells.llm.transcript.redis import RedisStore, key
 from colony.envelope import Envelope, Headers
 from colony.ids import uuid7
-from colony.scripted import ScriptedServer, ScriptItem, Status
 from colony.testing import spec_for
+from scripted import ScriptedServer, ScriptItem, Status
 from tests.conftest import FIXTURES
 
 VECTORS = FIXTURES / "vectors" / "llm-loop-vectors.json"
@@ -212,7 +212,7 @@ class Leg:
 
 
 def script_item(spec: Any) -> ScriptItem:
-    """``{"<helper of colony.scripted>": {kwargs}}``, ``{"raw": body}`` or ``{"status": {...}}``."""
+    """``{"<helper of the scripted package>": {kwargs}}``, ``{"raw": body}`` or ``{"status": {...}}``."""
     assert isinstance(spec, dict), f"a script item is a map: {spec!r}"
     assert len(spec) == 1, f"a script item has one key: {spec!r}"
     ((name, args),) = spec.items()

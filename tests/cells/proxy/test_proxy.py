@@ -17,8 +17,8 @@ import pytest
 from cells.proxy import PROXY, ProxyCell, ProxyParams, split_message
 from colony.cell import CellClass, CellSpec, CellType
 from colony.errors import ConfigError
-from colony.scripted.telegram import ScriptedTelegram
 from colony.testing import ColonyHarness, spec_for
+from scripted.telegram import ScriptedTelegram
 from tests.conftest import CONTRACT, TreeFactory, hive
 
 TOKEN = "424242:proxy-test-SECRET-token"
@@ -435,7 +435,7 @@ async def test_the_cursor_survives_a_restart_so_no_update_is_emitted_twice(
 
 
 def _update(update_id: int, text: str) -> dict[str, Any]:
-    from colony.scripted.telegram import telegram_update
+    from scripted.telegram import telegram_update
 
     return telegram_update(update_id, CHAT, text, user_id=USER)
 

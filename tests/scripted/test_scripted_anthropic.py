@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import logging
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from cells.llm.dialects.anthropic import AnthropicMessages
-from colony.scripted import Delay, Raw, ScriptItem, Status
-from colony.scripted.anthropic import (
+from scripted import Delay, Raw, ScriptItem, Status
+from scripted.anthropic import (
     ScriptedAnthropic,
     anthropic_empty,
     anthropic_error,
@@ -26,23 +24,6 @@ from colony.scripted.anthropic import (
 D = AnthropicMessages()
 USER = {"role": "user", "content": "hi"}
 BODY = {"model": "claude-mock", "max_tokens": 64, "messages": [USER]}
-
-
-@pytest.fixture(autouse=True)
-def no_asyncio_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
-    yield
-    noisy = [
-        r.getMessage()
-        for r in caplog.records
-        if r.name == "asyncio" and r.levelno >= logging.WARNING
-    ]
-    assert noisy == []
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=5.0) as c:
-        yield c
 
 
 async def post(

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -12,8 +10,8 @@ import pytest
 
 from cells.llm.dialects.base import Tool, call_text
 from cells.llm.dialects.gemini import SKIP_SIGNATURE, GeminiGenerate
-from colony.scripted.core import Delay, Raw, ScriptItem, Status
-from colony.scripted.gemini import (
+from scripted.core import Delay, Raw, ScriptItem, Status
+from scripted.gemini import (
     COUNT_MISMATCH,
     ScriptedGemini,
     gemini_blocked,
@@ -28,23 +26,6 @@ USER = {"role": "user", "parts": [{"text": "hi"}]}
 BODY = {"contents": [USER]}
 SIG = "c2lnbmF0dXJl"
 D = GeminiGenerate()
-
-
-@pytest.fixture(autouse=True)
-def no_asyncio_errors(caplog):
-    yield
-    noisy = [
-        r.getMessage()
-        for r in caplog.records
-        if r.name == "asyncio" and r.levelno >= logging.WARNING
-    ]
-    assert noisy == []
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=5.0) as c:
-        yield c
 
 
 async def post(

@@ -1,6 +1,6 @@
 """A scripted OpenAI Responses API (``POST /v1/responses``; xAI serves the same shape).
 
-Same contract as :class:`~colony.scripted.core.ScriptedOpenAI`: served in order, the last item
+Same contract as :class:`~scripted.core.ScriptedOpenAI`: served in order, the last item
 repeats, ``requests``/``headers`` recorded, :class:`Status`/:class:`Delay`/:class:`Raw` items
 work. Requests api.openai.com refuses are answered with its error body without consuming an
 item:
@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from colony.scripted.core import ScriptedServer, Status
+from scripted.core import ScriptedServer, Status
 
 __all__ = [
     "ScriptedResponses",

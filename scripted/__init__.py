@@ -1,11 +1,14 @@
 """Scripted LLM provider servers: real HTTP on 127.0.0.1 answering from a script.
 
-One module per wire shape; :mod:`colony.scripted.core` holds the shared server and the OpenAI
+One module per wire shape; :mod:`scripted.core` holds the shared server and the OpenAI
 chat-completions one. Each server refuses, like the real API, a request that breaks its
 tool-call sequencing rules, without consuming a script item.
+
+Test fakes, not kernel code: a package of its own that imports nothing from ``colony``;
+:mod:`colony.testing` re-exports every name.
 """
 
-from colony.scripted.anthropic import (
+from scripted.anthropic import (
     ScriptedAnthropic,
     anthropic_empty,
     anthropic_error,
@@ -15,7 +18,7 @@ from colony.scripted.anthropic import (
     anthropic_text,
     anthropic_tool_use,
 )
-from colony.scripted.core import (
+from scripted.core import (
     Delay,
     Raw,
     ScriptedOpenAI,
@@ -28,7 +31,7 @@ from colony.scripted.core import (
     text_reply,
     tool_calls_reply,
 )
-from colony.scripted.gemini import (
+from scripted.gemini import (
     ScriptedGemini,
     gemini_blocked,
     gemini_calls,
@@ -37,7 +40,7 @@ from colony.scripted.gemini import (
     gemini_safety,
     gemini_text,
 )
-from colony.scripted.ollama import (
+from scripted.ollama import (
     ScriptedOllama,
     ollama_calls,
     ollama_empty,
@@ -45,7 +48,7 @@ from colony.scripted.ollama import (
     ollama_length,
     ollama_text,
 )
-from colony.scripted.responses import (
+from scripted.responses import (
     ScriptedResponses,
     responses_calls,
     responses_empty,
@@ -54,8 +57,8 @@ from colony.scripted.responses import (
     responses_refusal,
     responses_text,
 )
-from colony.scripted.search import ScriptedSearch
-from colony.scripted.telegram import (
+from scripted.search import ScriptedSearch
+from scripted.telegram import (
     TELEGRAM_MAX_MESSAGE,
     ScriptedTelegram,
     telegram_error,

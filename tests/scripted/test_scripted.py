@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
-from colony.scripted import (
+from scripted import (
     Delay,
     Raw,
     ScriptedOpenAI,
@@ -26,24 +24,6 @@ from colony.scripted import (
 
 USER = {"role": "user", "content": "hi"}
 BODY = {"model": "gpt-4o-mock", "messages": [USER]}
-
-
-@pytest.fixture(autouse=True)
-def no_asyncio_errors(caplog):
-    """Dropped clients and shutdown must be silent: asyncio logs handler failures, not warns."""
-    yield
-    noisy = [
-        r.getMessage()
-        for r in caplog.records
-        if r.name == "asyncio" and r.levelno >= logging.WARNING
-    ]
-    assert noisy == []
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=5.0) as c:
-        yield c
 
 
 async def post(

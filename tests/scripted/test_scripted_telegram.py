@@ -13,7 +13,7 @@ from telegram import Bot
 from telegram.error import BadRequest, InvalidToken, RetryAfter
 from telegram.request import HTTPXRequest
 
-from colony.scripted.telegram import ScriptedTelegram, telegram_error
+from scripted.telegram import ScriptedTelegram, telegram_error
 
 TOKEN = "123456:scripted-test-token"
 
@@ -22,12 +22,6 @@ TOKEN = "123456:scripted-test-token"
 async def telegram() -> AsyncIterator[ScriptedTelegram]:
     async with ScriptedTelegram(token=TOKEN) as server:
         yield server
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=10) as client:
-        yield client
 
 
 def api(server: ScriptedTelegram, method: str, token: str = TOKEN) -> str:
@@ -42,13 +36,13 @@ async def call(
 
 
 async def test_get_updates_serves_the_queue_from_the_offset_and_forgets_confirmed_ones(
-    telegram: ScriptedTelegram, http: httpx.AsyncClient
+    telegram: ScriptedTelegram, client: httpx.AsyncClient
 ) -> None:
     first = telegram.push_text(42, "one", user_id=7)
     second = telegram.push_text(42, "two", user_id=7)
     assert second == first + 1
 
-    status, body = await call(http, telegram, "getUpdates")
+    status, body = await call(client, telegram, "getUpdates")
     assert status == 200
     assert body["ok"] is True
     assert [u["message"]["text"] for u in body["result"]] == ["one", "two"]
@@ -56,43 +50,43 @@ async def test_get_updates_serves_the_queue_from_the_offset_and_forgets_confirme
     assert message["chat"] == {"id": 42, "type": "private"}
     assert message["from"]["id"] == 7
 
-    _, body = await call(http, telegram, "getUpdates", offset=second)
+    _, body = await call(client, telegram, "getUpdates", offset=second)
     assert [u["update_id"] for u in body["result"]] == [second]
     assert [u["update_id"] for u in telegram.pending] == [second]  # the first is confirmed
 
-    _, body = await call(http, telegram, "getUpdates", offset=second + 1)
+    _, body = await call(client, telegram, "getUpdates", offset=second + 1)
     assert body["result"] == []
     assert telegram.pending == []
     assert [p["offset"] for p in telegram.polls] == [None, second, second + 1]
 
 
 async def test_a_long_poll_answers_as_soon_as_an_update_is_queued(
-    telegram: ScriptedTelegram, http: httpx.AsyncClient
+    telegram: ScriptedTelegram, client: httpx.AsyncClient
 ) -> None:
     asyncio.get_running_loop().call_later(0.2, telegram.push_text, 5, "late")
     started = time.monotonic()
-    status, body = await call(http, telegram, "getUpdates", timeout=10)
+    status, body = await call(client, telegram, "getUpdates", timeout=10)
     assert status == 200
     assert [u["message"]["text"] for u in body["result"]] == ["late"]
     assert time.monotonic() - started < 2
 
 
 async def test_a_long_poll_without_updates_ends_after_its_timeout_with_an_empty_list(
-    telegram: ScriptedTelegram, http: httpx.AsyncClient
+    telegram: ScriptedTelegram, client: httpx.AsyncClient
 ) -> None:
     started = time.monotonic()
-    status, body = await call(http, telegram, "getUpdates", timeout=1)
+    status, body = await call(client, telegram, "getUpdates", timeout=1)
     elapsed = time.monotonic() - started
     assert (status, body) == (200, {"ok": True, "result": []})
     assert 0.9 < elapsed < 3
 
 
 async def test_a_second_poll_ends_the_held_one_with_409_conflict(
-    telegram: ScriptedTelegram, http: httpx.AsyncClient
+    telegram: ScriptedTelegram, client: httpx.AsyncClient
 ) -> None:
-    held = asyncio.create_task(call(http, telegram, "getUpdates", timeout=10))
+    held = asyncio.create_task(call(client, telegram, "getUpdates", timeout=10))
     await telegram.wait_polls(1)
-    status, _ = await call(http, telegram, "getUpdates", timeout=0)
+    status, _ = await call(client, telegram, "getUpdates", timeout=0)
     assert status == 200
     status, body = await held
     assert status == 409
@@ -112,27 +106,27 @@ async def test_a_client_leaving_a_held_poll_does_not_disturb_the_server(
 
 
 async def test_a_wrong_token_is_401_and_an_unknown_method_404_like_telegram(
-    telegram: ScriptedTelegram, http: httpx.AsyncClient
+    telegram: ScriptedTelegram, client: httpx.AsyncClient
 ) -> None:
-    response = await http.post(api(telegram, "getUpdates", token="999:wrong"), json={})
+    response = await client.post(api(telegram, "getUpdates", token="999:wrong"), json={})
     assert response.status_code == 401
     assert response.json() == {"ok": False, "error_code": 401, "description": "Unauthorized"}
-    response = await http.post(api(telegram, "getChatHistory"), json={})
+    response = await client.post(api(telegram, "getChatHistory"), json={})
     assert response.status_code == 404
     assert response.json() == {"ok": False, "error_code": 404, "description": "Not Found"}
-    response = await http.get(f"{telegram.url}/elsewhere")
+    response = await client.get(f"{telegram.url}/elsewhere")
     assert response.status_code == 404
     assert telegram.tokens_seen == ["999:wrong", TOKEN]
 
 
 async def test_send_message_takes_json_form_and_query_parameters(
-    telegram: ScriptedTelegram, http: httpx.AsyncClient
+    telegram: ScriptedTelegram, client: httpx.AsyncClient
 ) -> None:
     telegram.push_text(42, "hi")
     telegram.push_text(-100123, "group hi")
-    await http.post(api(telegram, "sendMessage"), json={"chat_id": 42, "text": "json"})
-    await http.post(api(telegram, "sendMessage"), data={"chat_id": "42", "text": "form"})
-    response = await http.get(
+    await client.post(api(telegram, "sendMessage"), json={"chat_id": 42, "text": "json"})
+    await client.post(api(telegram, "sendMessage"), data={"chat_id": "42", "text": "form"})
+    response = await client.get(
         api(telegram, "sendmessage"), params={"chat_id": "-100123", "text": "query"}
     )
     body = response.json()
@@ -158,41 +152,41 @@ async def test_send_message_takes_json_form_and_query_parameters(
 )
 async def test_send_message_refuses_what_telegram_refuses(
     telegram: ScriptedTelegram,
-    http: httpx.AsyncClient,
+    client: httpx.AsyncClient,
     params: dict[str, Any],
     description: str,
 ) -> None:
     telegram.push_text(42, "hi")
-    status, body = await call(http, telegram, "sendMessage", **params)
+    status, body = await call(client, telegram, "sendMessage", **params)
     assert status == 400
     assert body == telegram_error(400, description)
     assert telegram.sent == []
 
 
 async def test_a_text_of_exactly_4096_characters_is_accepted(
-    telegram: ScriptedTelegram, http: httpx.AsyncClient
+    telegram: ScriptedTelegram, client: httpx.AsyncClient
 ) -> None:
     telegram.push_text(42, "hi")
-    status, _ = await call(http, telegram, "sendMessage", chat_id=42, text="x" * 4096)
+    status, _ = await call(client, telegram, "sendMessage", chat_id=42, text="x" * 4096)
     assert status == 200
 
 
 async def test_scripted_failures_are_served_in_order_then_the_api_answers_again(
-    telegram: ScriptedTelegram, http: httpx.AsyncClient
+    telegram: ScriptedTelegram, client: httpx.AsyncClient
 ) -> None:
     telegram.auth_fail(2)
     telegram.fail(429, method="sendMessage", retry_after=3)
     telegram.push_text(42, "hi")
-    assert (await call(http, telegram, "getUpdates"))[0] == 401
-    assert (await call(http, telegram, "sendMessage", chat_id=42, text="a"))[1] == {
+    assert (await call(client, telegram, "getUpdates"))[0] == 401
+    assert (await call(client, telegram, "sendMessage", chat_id=42, text="a"))[1] == {
         "ok": False,
         "error_code": 429,
         "description": "Too Many Requests",
         "parameters": {"retry_after": 3},
     }
-    assert (await call(http, telegram, "getUpdates"))[0] == 401
-    assert (await call(http, telegram, "getUpdates"))[0] == 200
-    assert (await call(http, telegram, "sendMessage", chat_id=42, text="b"))[0] == 200
+    assert (await call(client, telegram, "getUpdates"))[0] == 401
+    assert (await call(client, telegram, "getUpdates"))[0] == 200
+    assert (await call(client, telegram, "sendMessage", chat_id=42, text="b"))[0] == 200
     assert [p["status"] for p in telegram.polls] == [401, 401, 200]
     assert telegram.sent == [{"chat_id": 42, "text": "b"}]
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -11,8 +9,8 @@ import pytest
 
 from cells.llm.dialects.base import Tool
 from cells.llm.dialects.ollama import OllamaChat
-from colony.scripted import Delay, Raw, ScriptItem, Status
-from colony.scripted.ollama import (
+from scripted import Delay, Raw, ScriptItem, Status
+from scripted.ollama import (
     ScriptedOllama,
     ollama_calls,
     ollama_empty,
@@ -24,23 +22,6 @@ from colony.scripted.ollama import (
 USER = {"role": "user", "content": "hi"}
 BODY = {"model": "llama3.2", "messages": [USER], "stream": False}
 OLLAMA = OllamaChat()
-
-
-@pytest.fixture(autouse=True)
-def no_asyncio_errors(caplog: pytest.LogCaptureFixture) -> Any:
-    yield
-    noisy = [
-        r.getMessage()
-        for r in caplog.records
-        if r.name == "asyncio" and r.levelno >= logging.WARNING
-    ]
-    assert noisy == []
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=5.0) as c:
-        yield c
 
 
 async def post(

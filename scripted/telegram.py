@@ -38,7 +38,7 @@ from typing import Any
 
 import h11
 
-from colony.scripted.core import ScriptedServer, _Response
+from scripted.core import ScriptedServer, _Response
 
 __all__ = [
     "TELEGRAM_MAX_MESSAGE",

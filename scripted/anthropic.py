@@ -9,7 +9,7 @@
         provider.requests[1]["messages"]    # what the client really sent
         provider.headers[1]["x-api-key"]
 
-Same contract as :class:`~colony.scripted.core.ScriptedOpenAI`. Requests api.anthropic.com
+Same contract as :class:`~scripted.core.ScriptedOpenAI`. Requests api.anthropic.com
 would refuse are answered 400 with Anthropic's error body, without consuming a script item:
 a missing ``model``/``max_tokens``/``messages``, a first message not from the user, a
 ``system`` role inside ``messages``, empty content or blank text blocks, a tool name outside
@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from colony.scripted.core import ScriptedServer, Status
+from scripted.core import ScriptedServer, Status
 
 __all__ = [
     "ScriptedAnthropic",

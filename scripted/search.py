@@ -30,7 +30,7 @@ from aiohttp import web
 
 __all__ = ["DEFAULT_CORPUS", "ScriptedSearch", "load_corpus", "words"]
 
-DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "search-corpus.json"
+DEFAULT_CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "search-corpus.json"
 """The corpus shipped with the project (eight short documents)."""
 
 _STOPWORDS = frozenset(

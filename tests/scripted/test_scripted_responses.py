@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
-from colony.scripted.core import Delay, Raw, ScriptItem, Status
-from colony.scripted.responses import (
+from scripted.core import Delay, Raw, ScriptItem, Status
+from scripted.responses import (
     ScriptedResponses,
     responses_calls,
     responses_empty,
@@ -36,23 +34,6 @@ def call(call_id: str) -> dict[str, Any]:
 
 def output(call_id: str) -> dict[str, Any]:
     return {"type": "function_call_output", "call_id": call_id, "output": "ok"}
-
-
-@pytest.fixture(autouse=True)
-def no_asyncio_errors(caplog):
-    yield
-    noisy = [
-        r.getMessage()
-        for r in caplog.records
-        if r.name == "asyncio" and r.levelno >= logging.WARNING
-    ]
-    assert noisy == []
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=5.0) as c:
-        yield c
 
 
 async def post(

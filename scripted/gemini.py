@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from colony.scripted.core import ScriptedServer, ScriptItem, Status
+from scripted.core import ScriptedServer, ScriptItem, Status
 
 __all__ = [
     "ScriptedGemini",

@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from colony.scripted.core import ScriptedServer, Status
+from scripted.core import ScriptedServer, Status
 
 __all__ = [
     "ScriptedOllama",
