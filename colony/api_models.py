@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
+from colony.errors import ColonyError
 from colony.ubf import UBF_SCHEMA, body_problem
 
 MAX_TTL = 2**32 - 1
@@ -49,8 +50,10 @@ _REFUSALS = {
 }
 
 
-class BodyRefused(ValueError):
+class BodyRefused(ColonyError, ValueError):
     """A ``POST /messages`` document that is understood but refused (422)."""
+
+    code = "body_refused"
 
     def __init__(self, token: str, detail: str) -> None:
         super().__init__(detail)
