@@ -21,13 +21,13 @@ from typing import Any
 from colony.scripted import ScriptedOpenAI, ScriptItem, text_reply, tool_calls_reply
 from colony.testing import ColonyHarness
 
-__all__ = ["LOOP_TREE", "LoadResult", "run_load"]
+__all__ = ["LOOP_TREE", "LoadReport", "run_load"]
 
 LOOP_TREE = Path(__file__).resolve().parent.parent / "fixtures" / "trees" / "ttl-budget"
 
 
 @dataclass(frozen=True, slots=True)
-class LoadResult:
+class LoadReport:
     conversations: int
     seconds: float
     decisions: int
@@ -73,7 +73,7 @@ async def run_load(
     tools: int = 2,
     timeout: float = 600,  # noqa: ASYNC109
     tree: Path = LOOP_TREE,
-) -> LoadResult:
+) -> LoadReport:
     """Start every conversation at once, wait for quiet, and check every answer and row."""
     model = ScriptedOpenAI([], responder=responder(rounds, tools), keep_requests=False)
     async with model:
@@ -105,7 +105,7 @@ async def run_load(
                     wrong.append(turn)
             rows = Counter(r["turn_id"] for r in colony.rows("/store", "thread"))
             expected_rows = 1 + rounds * (1 + tools)
-            result = LoadResult(
+            result = LoadReport(
                 conversations=conversations,
                 seconds=seconds,
                 decisions=colony.colony.decisions,

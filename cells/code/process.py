@@ -115,7 +115,7 @@ class ProcessError(Exception):
     """The process could not be started or supervised (binary missing, zygote down…)."""
 
 
-class _Undelivered(ProcessError):
+class _UndeliveredError(ProcessError):
     """The zygote died before it took the job: nothing ran, so the job may be retried."""
 
 
@@ -211,7 +211,7 @@ class _Reader:
             self._fd = -1
 
 
-class _Writer:
+class _PipeWriter:
     """Write ``data`` to a pipe as it drains, then close it (EPIPE just ends the writing)."""
 
     def __init__(self, fd: int, data: bytes) -> None:
@@ -280,13 +280,13 @@ async def _supervise(
     ``overflow="close"``: each stream keeps its head and its pipe is closed past its cap.
     """
     loop = asyncio.get_running_loop()
-    writer: _Writer | None = None
+    writer: _PipeWriter | None = None
     out: _Reader | None = None
     err: _Reader | None = None
     exit_task: asyncio.Task[int] | None = None
     ended: list[float] = []
     try:
-        writer = _Writer(pipes.stdin, stdin)
+        writer = _PipeWriter(pipes.stdin, stdin)
         closing = overflow == "close"
         out = _Reader(pipes.stdout, max_stdout_bytes, tail=False, close_on_overflow=closing)
         err = _Reader(pipes.stderr, max_stderr_bytes, tail=not closing, close_on_overflow=closing)
@@ -392,7 +392,7 @@ class _Connection:
         self._outbox.append((memoryview(_HEADER.pack(len(payload)) + payload), fds or []))
         if self.dead is not None:
             self._drop_outbox()
-            raise _Undelivered(self.dead)
+            raise _UndeliveredError(self.dead)
         if not self._writing:
             self._flush()
 
@@ -550,7 +550,7 @@ class _Connection:
 
     def _shut(self, reason: str, *, retry_unstarted: bool = False) -> None:
         """Mark the connection dead and fail its jobs; ``retry_unstarted``: jobs the zygote
-        had not forked yet fail with :class:`_Undelivered`, so :meth:`Zygote.run` retries them.
+        had not forked yet fail with :class:`_UndeliveredError`, so :meth:`Zygote.run` retries them.
         """
         if self.dead is None:
             self.dead = reason
@@ -569,7 +569,7 @@ class _Connection:
         ]
         for job in self.jobs.values():
             retry = retry_unstarted and not job.started.done()
-            error = _Undelivered(reason) if retry else ProcessError(reason)
+            error = _UndeliveredError(reason) if retry else ProcessError(reason)
             futures += [(job.started, error), (job.status, ProcessError(reason))]
         self.jobs.clear()
         for future, error in futures:
@@ -678,7 +678,7 @@ class Zygote:
                     max_stderr_bytes=max_stderr_bytes,
                     overflow=overflow,
                 )
-            except _Undelivered as exc:  # died before it forked the job: safe to run it anew
+            except _UndeliveredError as exc:  # died before it forked the job: safe to run it anew
                 if attempt:
                     raise ProcessError(str(exc)) from None
         raise AssertionError("unreachable")

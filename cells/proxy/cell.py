@@ -60,7 +60,7 @@ Sleep = Callable[[float], Awaitable[None]]
 # -- the token stays out of logs ---------------------------------------------------------------
 
 
-class _Redactor(logging.Filter):
+class _TokenFilter(logging.Filter):
     """Replaces every live bot token in the records of the loggers it is attached to."""
 
     def __init__(self) -> None:
@@ -90,7 +90,7 @@ class _Redactor(logging.Filter):
             self.tokens[token] = count
 
 
-_REDACTOR = _Redactor()
+_REDACTOR = _TokenFilter()
 _LIBRARY_LOGGERS = (
     "telegram.Bot",
     "telegram.request.BaseRequest",
@@ -169,7 +169,7 @@ def split_message(text: str, limit: int = TELEGRAM_MAX_MESSAGE) -> list[str]:
 # -- cell.db -------------------------------------------------------------------------------------
 
 
-class QueryTimeout(Exception):
+class QueryTimeoutError(Exception):
     """A ``cell.db`` operation could not get the database within ``query_timeout_ms``."""
 
 
@@ -231,7 +231,7 @@ class _CellDb:
             except sqlite3.OperationalError as exc:
                 text = str(exc).lower()
                 if "locked" in text or "busy" in text:
-                    raise QueryTimeout(
+                    raise QueryTimeoutError(
                         f"cell.db stayed locked for query_timeout_ms ({timeout_ms} ms)"
                     ) from exc
                 raise
@@ -479,7 +479,7 @@ class ProxyCell:
                 await self._emit(ctx, update)
             try:
                 await self.db.save_offset(next_offset, self.params.query_timeout_ms)
-            except (QueryTimeout, sqlite3.Error) as exc:
+            except (QueryTimeoutError, sqlite3.Error) as exc:
                 self._log(
                     "error",
                     "proxy_cursor_save_failed",
@@ -627,7 +627,7 @@ class ProxyCell:
         values = {key: getattr(merged, key) for key in update}
         try:
             await self.db.save_overlay(values, self.params.query_timeout_ms)
-        except QueryTimeout as exc:
+        except QueryTimeoutError as exc:
             return "query_timeout", f"params write: {exc}"
         except sqlite3.Error as exc:
             return "invalid_input", f"cell.db params write failed: {exc}"

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cells.store.ops import WRITES, ArgsError, Plan, UnknownName, parse_call, plan
+from cells.store.ops import WRITES, ArgsError, Plan, UnknownNameError, parse_call, plan
 from cells.store.params import SQL_TYPES, StoreParams, read_seed
 from cells.text import dumps_sorted
 from colony.cell import CellSpec, Emission
@@ -195,7 +195,7 @@ class StoreCell:
             step = plan(args, self.schema)
         except ArgsError as exc:
             return _error(exc.operation, "invalid_input", exc.text, "")
-        except UnknownName as exc:
+        except UnknownNameError as exc:
             return _result(str(operation), 0, started, exc.text, call_id, exc.code)
         try:
             rows_affected, payload = self._execute(step)

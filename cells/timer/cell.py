@@ -319,7 +319,7 @@ def _row(values: tuple[Any, ...]) -> Row:
     )
 
 
-class _QueryTimeout(Exception):
+class _QueryInterruptedError(Exception):
     pass
 
 
@@ -386,7 +386,7 @@ class TimerCell:
             return self.conn.execute(sql, values)
         except sqlite3.OperationalError as exc:
             if "interrupted" in str(exc):
-                raise _QueryTimeout from None
+                raise _QueryInterruptedError from None
             raise
         finally:
             self.conn.set_progress_handler(None, 0)
@@ -509,7 +509,7 @@ class TimerCell:
                     "UPDATE schedules SET iteration_n = iteration_n + 1 WHERE schedule_id = ?",
                     (schedule_id,),
                 )
-        except _QueryTimeout:
+        except _QueryInterruptedError:
             self._note("timer_fire_skipped", schedule_id=schedule_id, reason="query_timeout")
             return
         header = dict(row.emit_headers)
@@ -562,7 +562,7 @@ class TimerCell:
                 self._replan(self.clock.now())  # a triggered one-shot is done
         except OpError as exc:
             return _op_error(exc.code, exc.detail, call_id, named, tool)
-        except _QueryTimeout:
+        except _QueryInterruptedError:
             detail = f"{value.get('op', 'add')}: query exceeded query_timeout_ms"
             return _op_error("query_timeout", detail, call_id, named, tool)
         if not tool:
@@ -575,7 +575,7 @@ class TimerCell:
 
     def _apply(self, op: Op) -> None:
         """Carry out ``op`` in cell.db and the plan (a trigger only checks); raises
-        :class:`OpError` or :class:`_QueryTimeout`."""
+        :class:`OpError` or :class:`_QueryInterruptedError`."""
         now = self.clock.now()
         sid = op.schedule_id
         if op.op == "add":

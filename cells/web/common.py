@@ -27,7 +27,7 @@ out there, but a ``tool_result`` without one is not UBF and the colony dead-lett
 id (what the ``code`` and ``store`` cells send) lets the error reach the caller."""
 
 
-class ToolFailure(Exception):
+class WebToolError(Exception):
     """A call that ends in an error reply: ``code`` is the ``error_code``, ``text`` the
     sentence the caller reads, ``header`` extra hop keys (e.g. ``http_status``)."""
 
@@ -50,30 +50,30 @@ class ToolCall:
 
 def parse_tool_call(body: Any) -> ToolCall:
     """The call in ``body``: exactly one turn of ``body.messages`` has ``type: "tool_call"``
-    (other turns are ignored) and its ``text`` is a JSON object. Raises :class:`ToolFailure`
+    (other turns are ignored) and its ``text`` is a JSON object. Raises :class:`WebToolError`
     (``invalid_input``) with meclaw's sentences otherwise."""
     messages = body.get("messages") if isinstance(body, dict) else None
     if not isinstance(messages, list):
-        raise ToolFailure("invalid_input", "body.messages[] missing or not an array")
+        raise WebToolError("invalid_input", "body.messages[] missing or not an array")
     calls = [t for t in messages if isinstance(t, dict) and t.get("type") == "tool_call"]
     if not calls:
-        raise ToolFailure("invalid_input", "no tool_call turn in messages[]")
+        raise WebToolError("invalid_input", "no tool_call turn in messages[]")
     if len(calls) > 1:
-        raise ToolFailure(
+        raise WebToolError(
             "invalid_input", f"expected exactly one tool_call turn, found {len(calls)}"
         )
     (call,) = calls
     text = call.get("text")
     if not isinstance(text, str):
-        raise ToolFailure("invalid_input", "tool_call.text missing or not a string")
+        raise WebToolError("invalid_input", "tool_call.text missing or not a string")
     try:
         args = loads(text)
     except JsonRefused as exc:
-        raise ToolFailure(
+        raise WebToolError(
             "invalid_input", f"tool_call.text is not valid JSON: {exc.problem}"
         ) from None
     if not isinstance(args, dict):
-        raise ToolFailure("invalid_input", "tool_call.text JSON must be an object")
+        raise WebToolError("invalid_input", "tool_call.text JSON must be an object")
     call_id = call.get("id")
     return ToolCall(args, call_id if isinstance(call_id, str) else None)
 
@@ -82,9 +82,9 @@ def string_arg(args: dict[str, Any], key: str) -> str:
     """A required, non-empty string argument (``invalid_input`` otherwise)."""
     value = args.get(key)
     if not isinstance(value, str):
-        raise ToolFailure("invalid_input", f"args.{key} missing or not a string")
+        raise WebToolError("invalid_input", f"args.{key} missing or not a string")
     if not value:
-        raise ToolFailure("invalid_input", f"args.{key} is empty")
+        raise WebToolError("invalid_input", f"args.{key} is empty")
     return value
 
 

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from cells.redact import Redactor
 from cells.text import cut_visibly, utf8_len
 from cells.web.common import (
-    ToolFailure,
+    WebToolError,
     human_duration,
     lossy_utf8,
     lossy_utf8_prefix,
@@ -52,8 +52,8 @@ from cells.web.common import (
 from cells.web.ssrf import (
     IpAddress,
     Resolver,
-    TargetBlocked,
-    Unresolvable,
+    TargetBlockedError,
+    UnresolvableHostError,
     host_problem,
     parse_ip_host,
     screen,
@@ -119,18 +119,20 @@ def parse_url(raw: str) -> httpx.URL:
     try:
         url = httpx.URL(raw)
     except (httpx.InvalidURL, ValueError) as exc:
-        raise ToolFailure(
+        raise WebToolError(
             "invalid_input", f"args.url {_quoted(raw)} is not a valid URL: {exc}"
         ) from None
     if url.scheme and url.scheme not in DEFAULT_PORTS:
-        raise ToolFailure(
+        raise WebToolError(
             "invalid_input",
             f"args.url {_quoted(raw)} uses scheme {_quoted(url.scheme)}; "
             "web_fetch speaks http and https only",
         )
     problem = url_problem(url)
     if problem is not None:
-        raise ToolFailure("invalid_input", f"args.url {_quoted(raw)} is not a valid URL: {problem}")
+        raise WebToolError(
+            "invalid_input", f"args.url {_quoted(raw)} is not a valid URL: {problem}"
+        )
     return url
 
 
@@ -139,12 +141,12 @@ def next_hop(current: httpx.URL, location: str) -> httpx.URL:
     try:
         target = current.join(location)
     except (httpx.InvalidURL, ValueError) as exc:
-        raise ToolFailure(
+        raise WebToolError(
             "invalid_redirect",
             f"web_fetch cannot follow the redirect from {current} to {_quoted(location)}: {exc}",
         ) from None
     if target.scheme not in DEFAULT_PORTS:
-        raise ToolFailure(
+        raise WebToolError(
             "invalid_redirect",
             f"web_fetch refuses the redirect from {current} to {target}: "
             f"scheme {_quoted(target.scheme)} is not http or https",
@@ -152,14 +154,14 @@ def next_hop(current: httpx.URL, location: str) -> httpx.URL:
     # An https→http hop the caller never saw would put the rest of the chain in the clear,
     # where whoever sits on the path picks the response. The upgrade direction is fine.
     if current.scheme == "https" and target.scheme == "http":
-        raise ToolFailure(
+        raise WebToolError(
             "invalid_redirect",
             f"web_fetch refuses the redirect from {current} to {target}: "
             "https must not be downgraded to http",
         )
     problem = url_problem(target)
     if problem is not None:
-        raise ToolFailure(
+        raise WebToolError(
             "invalid_redirect",
             f"web_fetch cannot follow the redirect from {current} to {target}: {problem}",
         )
@@ -230,7 +232,7 @@ class WebFetchCell:
             url = parse_url(string_arg(call.args, "url"))
             async with asyncio.timeout(self.params.external_timeout_ms / 1000):
                 fetched = await self.fetch(url)
-        except ToolFailure as failure:
+        except WebToolError as failure:
             return self._error(failure.code, failure.text, call_id, started)
         except TimeoutError:
             text = f"web_fetch timed out after {human_duration(self.params.external_timeout_ms)}"
@@ -268,7 +270,7 @@ class WebFetchCell:
 
     async def fetch(self, url: httpx.URL) -> Fetched:
         """GET ``url``, screening and following redirects hop by hop; raises
-        :class:`ToolFailure`. The caller bounds it in time."""
+        :class:`WebToolError`. The caller bounds it in time."""
         current = url
         redirects = 0
         while True:
@@ -280,7 +282,7 @@ class WebFetchCell:
                 if location is None:
                     return await self._read(response, redirects, current)
                 if redirects >= self.params.max_redirects:
-                    raise ToolFailure(
+                    raise WebToolError(
                         "too_many_redirects",
                         f"web_fetch stopped at {current}: the redirect chain exceeds "
                         f"max_redirects = {self.params.max_redirects}",
@@ -301,10 +303,10 @@ class WebFetchCell:
                 allow_private_networks=self.params.allow_private_networks,
                 resolver=self.resolver,
             )
-        except TargetBlocked as exc:
-            raise ToolFailure("target_blocked", str(exc)) from None
-        except Unresolvable as exc:
-            raise ToolFailure("io_error", str(exc)) from None
+        except TargetBlockedError as exc:
+            raise WebToolError("target_blocked", str(exc)) from None
+        except UnresolvableHostError as exc:
+            raise WebToolError("io_error", str(exc)) from None
         headers = {
             "Host": _host_header(url),
             "Accept": "*/*",
@@ -329,7 +331,7 @@ class WebFetchCell:
             response.request = request
             return response
         detail = (str(failure) or type(failure).__name__) if failure else "no address"
-        raise ToolFailure("io_error", f"web_fetch could not fetch {url}: {detail}")
+        raise WebToolError("io_error", f"web_fetch could not fetch {url}: {detail}")
 
     async def _read(self, response: httpx.Response, redirects: int, url: httpx.URL) -> Fetched:
         """Read the body of the final response up to just past ``max_bytes``."""
@@ -345,7 +347,7 @@ class WebFetchCell:
             data, complete = await read_capped(chunks, max_bytes + 3)
         except (httpx.HTTPError, OSError, zlib.error) as exc:
             detail = str(exc) or type(exc).__name__
-            raise ToolFailure("io_error", f"web_fetch could not read {url}: {detail}") from None
+            raise WebToolError("io_error", f"web_fetch could not read {url}: {detail}") from None
         if complete:
             text = lossy_utf8(data)
             total = utf8_len(text)

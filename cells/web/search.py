@@ -27,7 +27,7 @@ from pydantic_core import PydanticCustomError
 from cells.redact import Redactor
 from cells.text import cut_visibly, dumps_sorted, utf8_len
 from cells.web.common import (
-    ToolFailure,
+    WebToolError,
     human_duration,
     lossy_utf8,
     lossy_utf8_prefix,
@@ -153,7 +153,7 @@ class WebSearchCell:
             query = string_arg(call.args, "query")
             async with asyncio.timeout(self.params.external_timeout_ms / 1000):
                 return await self._search(query, started, call_id)
-        except ToolFailure as failure:
+        except WebToolError as failure:
             return self._error(failure.code, failure.text, call_id, started, failure.header)
         except TimeoutError:
             text = f"web_search timed out after {human_duration(self.params.external_timeout_ms)}"
@@ -171,7 +171,7 @@ class WebSearchCell:
         except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
             # The endpoint's URL is not quoted: its query string may carry a key.
             detail = str(exc) or type(exc).__name__
-            raise ToolFailure("io_error", f"web_search request failed: {detail}") from None
+            raise WebToolError("io_error", f"web_search request failed: {detail}") from None
         if not 200 <= status < 300:
             excerpt = lossy_utf8(data[: _ERROR_EXCERPT * 4]).strip()[:_ERROR_EXCERPT]
             text = f"web_search endpoint answered HTTP {status}"
@@ -180,7 +180,7 @@ class WebSearchCell:
                 text += f" {reason}"
             if excerpt:
                 text += f": {excerpt}"
-            raise ToolFailure("http_error", text, http_status=status)
+            raise WebToolError("http_error", text, http_status=status)
         if complete:
             text = self.redactor.known(lossy_utf8(data))
             total = utf8_len(text)

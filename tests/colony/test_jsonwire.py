@@ -16,7 +16,7 @@ from cells.llm.dialects.base import TranslateError
 from cells.llm.dialects.base import parse_call as llm_call
 from cells.store.ops import ArgsError
 from cells.store.ops import parse_call as store_call
-from cells.web.common import ToolFailure
+from cells.web.common import WebToolError
 from cells.web.common import parse_tool_call as web_call
 from colony.jsonwire import JsonRefused, loads
 
@@ -52,7 +52,7 @@ def _tool_call(text: str) -> dict[str, Any]:
 READERS: list[tuple[str, Callable[[str], Any], type[Exception]]] = [
     ("bash, file and timer", lambda text: bash_call(_tool_call(text)), ToolCallError),
     ("store", lambda text: store_call(_tool_call(text)["messages"]), ArgsError),
-    ("web_search and web_fetch", lambda text: web_call(_tool_call(text)), ToolFailure),
+    ("web_search and web_fetch", lambda text: web_call(_tool_call(text)), WebToolError),
     (
         "llm (a replayed tool call's arguments)",
         lambda text: llm_call({"text": json.dumps({"name": "f", "arguments": text})}, 0),
