@@ -21,6 +21,7 @@ import httpx
 
 from cells.llm.params import BACKOFF_BASE_S, BACKOFF_CAP_S
 from colony.jsonwire import JsonRefused, loads
+from colony.observability import Logger
 
 STATUS_CODES = {401: "auth", 404: "model_not_found", 429: "rate_limit"}
 _MAX_RETRY_AFTER_S = 60.0
@@ -75,7 +76,7 @@ async def post(
     *,
     attempt_timeout: float,
     max_retries: int,
-    log: Any,
+    log: Logger | None,
     cell: str,
     trace_id: str,
 ) -> Any:
@@ -123,7 +124,7 @@ async def post(
 
 
 def _log_retry(
-    log: Any,
+    log: Logger | None,
     cell: str,
     trace_id: str,
     attempt: int,
