@@ -24,7 +24,7 @@ import sys
 from _loops import add_loop_argument, per_loop
 from _table import record
 
-from colony.load import LoadResult, run_load
+from colony.load import LoadReport, run_load
 from colony.load.restart import run_load_with_restart
 
 ROUNDS, TOOLS = 3, 2
@@ -73,7 +73,7 @@ async def measure(args: argparse.Namespace, loop: str) -> int:
     return 0 if result.ok else 1
 
 
-def report(result: LoadResult, alone: LoadResult, loop: str, *, kill: bool) -> None:
+def report(result: LoadReport, alone: LoadReport, loop: str, *, kill: bool) -> None:
     n = result.conversations
     many = f"{n} at once" + (", kill -9 halfway" if kill else "")
     if result.stopped is None:

@@ -33,7 +33,7 @@ from cells.code.process import DEFAULT_MAX_PROCESSES, Limits, ProcessError
 from cells.code.zygote_client import run_spawned
 from cells.redact import Redactor, looks_secret_key
 from cells.text import cut_visibly, utf8_len
-from cells.toolcall import ToolFailure, parse_tool_call, tool_error, tool_result
+from cells.toolcall import ToolCallError, parse_tool_call, tool_error, tool_result
 from colony.cell import CellClass, CellSpec, CellType, Emission, ParamProblem, pydantic_check
 from colony.envelope import Envelope, JsonObject
 
@@ -178,7 +178,7 @@ class BashCell:
         p = self.params
         try:
             args, call_id = parse_tool_call(body)
-        except ToolFailure as failure:
+        except ToolCallError as failure:
             return _error(failure.code, failure.text, failure.call_id, started)
         command = args.get("command")
         if not isinstance(command, str):

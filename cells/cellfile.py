@@ -9,7 +9,7 @@ Three things each stateful cell needs and once wrote for itself:
   second connection waits for the lock instead of failing at once. A cell without a folder (a
   test) gets a private in-memory database.
 * :func:`bounded` interrupts statements that run past ``query_timeout_ms`` and raises
-  :class:`QueryTimeout`, so a runaway query cannot hold the cell's single writer.
+  :class:`QueryTimeoutError`, so a runaway query cannot hold the cell's single writer.
 * :class:`ParamsOverlay` keeps the runtime ``params`` updates (the "β" overlay of cells.md
   §0.6): merged per key, last write wins, replayed over the birth params at the next start.
 """
@@ -28,7 +28,7 @@ __all__ = [
     "BUSY_TIMEOUT_MS",
     "CELL_DB",
     "ParamsOverlay",
-    "QueryTimeout",
+    "QueryTimeoutError",
     "bounded",
     "cell_db_path",
     "connect",
@@ -43,7 +43,7 @@ MEMORY = ":memory:"
 Synchronous = Literal["NORMAL", "FULL"]
 
 
-class QueryTimeout(Exception):
+class QueryTimeoutError(Exception):
     """A cell.db operation ran, or waited for the database, past its ``query_timeout_ms``."""
 
 
@@ -88,7 +88,7 @@ def open_cell_db(
 @contextmanager
 def bounded(conn: sqlite3.Connection, timeout_ms: int | None) -> Iterator[None]:
     """Statements run inside are interrupted once ``timeout_ms`` has passed (None: never),
-    which raises :class:`QueryTimeout`; a write interrupted inside a transaction rolls that
+    which raises :class:`QueryTimeoutError`; a write interrupted inside a transaction rolls that
     transaction back."""
     if not timeout_ms:
         yield
@@ -99,7 +99,7 @@ def bounded(conn: sqlite3.Connection, timeout_ms: int | None) -> Iterator[None]:
         yield
     except sqlite3.OperationalError as exc:
         if "interrupted" in str(exc):
-            raise QueryTimeout(f"query exceeded query_timeout_ms ({timeout_ms} ms)") from None
+            raise QueryTimeoutError(f"query exceeded query_timeout_ms ({timeout_ms} ms)") from None
         raise
     finally:
         conn.set_progress_handler(None, 0)

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from cells.text import dumps_sorted
-from cells.toolcall import ToolFailure, parse_tool_call, tool_error, tool_result
+from cells.toolcall import ToolCallError, parse_tool_call, tool_error, tool_result
 from colony.cell import CellClass, CellSpec, CellType, Emission, ParamProblem, pydantic_check
 from colony.envelope import Envelope, JsonObject
 
@@ -78,7 +78,7 @@ def check_base(params: FileParams, folder: Path | None) -> list[ParamProblem]:
     ]
 
 
-class _Refused(Exception):
+class _FileOpError(Exception):
     """A call that ends in an error reply."""
 
     def __init__(self, code: str, text: str) -> None:
@@ -87,7 +87,7 @@ class _Refused(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class _Call:
+class _FileCall:
     op: str
     path: str
     content: str | None = None
@@ -100,44 +100,46 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _parse_args(args: JsonObject) -> _Call:
+def _parse_args(args: JsonObject) -> _FileCall:
     op = args.get("op")
     if not isinstance(op, str):
-        raise _Refused("invalid_input", "args.op missing or not a string")
+        raise _FileOpError("invalid_input", "args.op missing or not a string")
     if op not in _OPS:
-        raise _Refused("invalid_input", f"unknown op: {op} (use one of {', '.join(_OPS)})")
+        raise _FileOpError("invalid_input", f"unknown op: {op} (use one of {', '.join(_OPS)})")
     path = args.get("path")
     if not isinstance(path, str):
-        raise _Refused("invalid_input", "args.path missing or not a string")
+        raise _FileOpError("invalid_input", "args.path missing or not a string")
     if not path:
-        raise _Refused("invalid_input", "args.path is empty")
+        raise _FileOpError("invalid_input", "args.path is empty")
     if "\0" in path:
-        raise _Refused("invalid_input", "args.path contains a NUL byte")
+        raise _FileOpError("invalid_input", "args.path contains a NUL byte")
     if op != "read":
         extra = [key for key in _READ_ONLY_ARGS if key in args]
         if extra:
-            raise _Refused("invalid_input", f"args.{extra[0]} is allowed only with op read")
+            raise _FileOpError("invalid_input", f"args.{extra[0]} is allowed only with op read")
     if op == "write":
         content = args.get("content")
         if not isinstance(content, str):
-            raise _Refused(
+            raise _FileOpError(
                 "invalid_input", "args.content missing or not a string (required for write)"
             )
         if path.endswith("/"):
-            raise _Refused("invalid_input", "args.path of a write must name a file, not end in /")
-        return _Call(op, path, content=content)
+            raise _FileOpError(
+                "invalid_input", "args.path of a write must name a file, not end in /"
+            )
+        return _FileCall(op, path, content=content)
     if op != "read":
-        return _Call(op, path)
+        return _FileCall(op, path)
     mode = args.get("mode", "text")
     if mode not in ("text", "base64"):
-        raise _Refused("invalid_input", 'args.mode must be "text" or "base64"')
+        raise _FileOpError("invalid_input", 'args.mode must be "text" or "base64"')
     offset = args.get("offset", 0)
     if not _is_count(offset) or offset < 0:
-        raise _Refused("invalid_input", "args.offset must be an integer >= 0")
+        raise _FileOpError("invalid_input", "args.offset must be an integer >= 0")
     limit = args.get("limit")
     if limit is not None and (not _is_count(limit) or limit < 1):
-        raise _Refused("invalid_input", "args.limit must be an integer >= 1")
-    return _Call(op, path, base64=mode == "base64", offset=offset, limit=limit)
+        raise _FileOpError("invalid_input", "args.limit must be an integer >= 1")
+    return _FileCall(op, path, base64=mode == "base64", offset=offset, limit=limit)
 
 
 # -- the boundary -----------------------------------------------------------------------------
@@ -161,26 +163,26 @@ def _inside(path: str, base: str) -> bool:
 
 
 def _resolve(base: str, relative: str, *, for_write: bool) -> str:
-    """The real path ``relative`` names under ``base``; raises :class:`_Refused`."""
+    """The real path ``relative`` names under ``base``; raises :class:`_FileOpError`."""
     if os.path.isabs(relative):
-        raise _Refused("invalid_input", "path must be relative, not absolute")
+        raise _FileOpError("invalid_input", "path must be relative, not absolute")
     if _climbs_out(relative):
-        raise _Refused("path_outside_boundary", _OUTSIDE)
+        raise _FileOpError("path_outside_boundary", _OUTSIDE)
     joined = os.path.join(base, relative)
     if not for_write:
         real = os.path.realpath(joined)
         if not _inside(real, base):
-            raise _Refused("path_outside_boundary", _OUTSIDE)
+            raise _FileOpError("path_outside_boundary", _OUTSIDE)
         return real
     head, name = os.path.split(joined.rstrip("/") if joined != "/" else joined)
     parent = os.path.realpath(head)
     if not _inside(parent, base):
-        raise _Refused("path_outside_boundary", _OUTSIDE)
+        raise _FileOpError("path_outside_boundary", _OUTSIDE)
     target = os.path.join(parent, name)
     if os.path.islink(target):  # a link inside the base may still point out of it
         real = os.path.realpath(target)
         if not _inside(real, base):
-            raise _Refused("path_outside_boundary", _OUTSIDE)
+            raise _FileOpError("path_outside_boundary", _OUTSIDE)
         return real
     return target
 
@@ -188,17 +190,17 @@ def _resolve(base: str, relative: str, *, for_write: bool) -> str:
 # -- the operations (run in a worker thread) --------------------------------------------------
 
 
-def _failure(exc: OSError, relative: str) -> _Refused:
+def _failure(exc: OSError, relative: str) -> _FileOpError:
     if exc.errno == errno.ENOENT:
-        return _Refused("not_found", f"path not found: {relative}")
+        return _FileOpError("not_found", f"path not found: {relative}")
     if exc.errno == errno.ENOTDIR:
-        return _Refused("not_a_directory", f"a parent of {relative} is not a directory")
+        return _FileOpError("not_a_directory", f"a parent of {relative} is not a directory")
     if exc.errno == errno.EISDIR:
-        return _Refused("not_a_file", f"{relative} is a directory")
+        return _FileOpError("not_a_file", f"{relative} is a directory")
     if exc.errno == errno.ELOOP:
-        return _Refused("io_error", f"{relative}: too many levels of symbolic links")
+        return _FileOpError("io_error", f"{relative}: too many levels of symbolic links")
     reason = os.strerror(exc.errno) if exc.errno else str(exc)
-    return _Refused("io_error", f"{relative}: {reason.lower()}")
+    return _FileOpError("io_error", f"{relative}: {reason.lower()}")
 
 
 def _kind(mode: int) -> str:
@@ -232,15 +234,15 @@ def _open_under(base: str, real: str, flags: int, mode: int = 0o666) -> int:
         os.close(fd)
 
 
-def _read(base: str, real: str, call: _Call) -> tuple[str, int]:
+def _read(base: str, real: str, call: _FileCall) -> tuple[str, int]:
     # O_NONBLOCK: opening a FIFO must not wait for a writer (a regular file ignores it)
     fd = _open_under(base, real, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
-            raise _Refused("not_a_file", f"{call.path} is a directory")
+            raise _FileOpError("not_a_file", f"{call.path} is a directory")
         if not stat.S_ISREG(info.st_mode):
-            raise _Refused("not_a_file", f"{call.path} is not a regular file")
+            raise _FileOpError("not_a_file", f"{call.path} is not a regular file")
         with os.fdopen(fd, "rb", closefd=False) as handle:
             handle.seek(call.offset)
             data = handle.read() if call.limit is None else handle.read(call.limit)
@@ -251,46 +253,46 @@ def _read(base: str, real: str, call: _Call) -> tuple[str, int]:
     try:
         return data.decode("utf-8"), len(data)
     except UnicodeDecodeError as exc:
-        raise _Refused(
+        raise _FileOpError(
             "io_error",
             f"{call.path} is not valid UTF-8 (byte {call.offset + exc.start}); read it with "
             'mode "base64"',
         ) from None
 
 
-def _write(base: str, real: str, call: _Call) -> tuple[str, int]:
+def _write(base: str, real: str, call: _FileCall) -> tuple[str, int]:
     parent = os.path.dirname(real)
     shown = os.path.dirname(call.path.rstrip("/")) or "."
     if not os.path.exists(parent):
-        raise _Refused(
+        raise _FileOpError(
             "not_found",
             f"parent directory does not exist: {shown} (write does not create directories)",
         )
     if not os.path.isdir(parent):
-        raise _Refused("not_a_directory", f"parent is not a directory: {shown}")
+        raise _FileOpError("not_a_directory", f"parent is not a directory: {shown}")
     if os.path.isdir(real):
-        raise _Refused("not_a_file", f"{call.path} is a directory")
+        raise _FileOpError("not_a_file", f"{call.path} is a directory")
     data = (call.content or "").encode("utf-8", "surrogatepass")
     flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
     try:
         fd = _open_under(base, real, flags)
     except PermissionError:
-        raise _Refused("io_error", f"write failed: permission denied ({call.path})") from None
+        raise _FileOpError("io_error", f"write failed: permission denied ({call.path})") from None
     with os.fdopen(fd, "wb") as handle:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise _Refused("not_a_file", f"{call.path} is not a regular file")
+            raise _FileOpError("not_a_file", f"{call.path} is not a regular file")
         handle.truncate()
         handle.write(data)
     return dumps_sorted({"written": len(data)}), len(data)
 
 
-def _list(base: str, real: str, call: _Call) -> tuple[str, int]:
+def _list(base: str, real: str, call: _FileCall) -> tuple[str, int]:
     entries: list[JsonObject] = []
     # Not O_DIRECTORY: a file must answer not_a_directory, not ENOTDIR's "a parent of …".
     fd = _open_under(base, real, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         if not stat.S_ISDIR(os.fstat(fd).st_mode):
-            raise _Refused("not_a_directory", f"{call.path} is not a directory")
+            raise _FileOpError("not_a_directory", f"{call.path} is not a directory")
         with os.scandir(fd) as scan:
             for entry in scan:
                 try:
@@ -308,7 +310,7 @@ def _list(base: str, real: str, call: _Call) -> tuple[str, int]:
     return text, len(text.encode())
 
 
-def _stat(base: str, real: str, call: _Call) -> tuple[str, int]:
+def _stat(base: str, real: str, call: _FileCall) -> tuple[str, int]:
     parent, name = os.path.split(real)
     if real == base or not name:
         info = os.lstat(real)
@@ -337,7 +339,7 @@ def _lossy(name: str) -> str:
 _RUN = {"read": _read, "write": _write, "list": _list, "stat": _stat}
 
 
-def _perform(base: str, call: _Call) -> tuple[str, int]:
+def _perform(base: str, call: _FileCall) -> tuple[str, int]:
     real = _resolve(base, call.path, for_write=call.op == "write")
     try:
         return _RUN[call.op](base, real, call)
@@ -364,15 +366,15 @@ class FileCell:
         started = time.perf_counter()
         try:
             args, call_id = parse_tool_call(body)
-        except ToolFailure as failure:
+        except ToolCallError as failure:
             return _error("unknown", failure.code, failure.text, failure.call_id, started)
         try:
             call = _parse_args(args)
-        except _Refused as exc:
+        except _FileOpError as exc:
             return _error("unknown", exc.code, str(exc), call_id, started)
         try:
             text, size = await asyncio.to_thread(_perform, self.base, call)
-        except _Refused as exc:
+        except _FileOpError as exc:
             return _error(call.op, exc.code, str(exc), call_id, started)
         header: JsonObject = {"operation": call.op, "bytes": size, "duration_ms": _ms(started)}
         if call.base64:

@@ -32,7 +32,7 @@ from colony.jsonwire import JsonRefused, loads
 __all__ = [
     "NO_ID",
     "ToolCall",
-    "ToolFailure",
+    "ToolCallError",
     "parse_tool_call",
     "result_turn",
     "string_arg",
@@ -46,7 +46,7 @@ leaves ``id`` out there, but a ``tool_result`` without one is not UBF and the co
 dead-letters it; an empty id lets the error reach the caller."""
 
 
-class ToolFailure(Exception):
+class ToolCallError(Exception):
     """A call that ends in an error reply: ``code`` is the ``error_code``, ``text`` the
     sentence the caller reads, ``call_id`` the id to answer on when known, ``header`` extra hop
     keys (e.g. ``http_status``)."""
@@ -70,16 +70,16 @@ class ToolCall(NamedTuple):
 
 def parse_tool_call(body: Any) -> ToolCall:
     """The call in ``body``: exactly one turn of ``body.messages`` has ``type: "tool_call"``
-    (other turns are ignored) and its ``text`` is a JSON object. Raises :class:`ToolFailure`
+    (other turns are ignored) and its ``text`` is a JSON object. Raises :class:`ToolCallError`
     (``invalid_input``) otherwise, carrying the call's id once its turn was found."""
     messages = body.get("messages") if isinstance(body, dict) else None
     if not isinstance(messages, list):
-        raise ToolFailure("invalid_input", "body.messages[] missing or not an array")
+        raise ToolCallError("invalid_input", "body.messages[] missing or not an array")
     calls = [t for t in messages if isinstance(t, dict) and t.get("type") == "tool_call"]
     if not calls:
-        raise ToolFailure("invalid_input", "no tool_call turn in messages[]")
+        raise ToolCallError("invalid_input", "no tool_call turn in messages[]")
     if len(calls) > 1:
-        raise ToolFailure(
+        raise ToolCallError(
             "invalid_input", f"expected exactly one tool_call turn, found {len(calls)}"
         )
     (turn,) = calls
@@ -87,17 +87,19 @@ def parse_tool_call(body: Any) -> ToolCall:
     call_id = raw_id if isinstance(raw_id, str) else None
     text = turn.get("text")
     if not isinstance(text, str):
-        raise ToolFailure(
+        raise ToolCallError(
             "invalid_input", "tool_call.text missing or not a string", call_id=call_id
         )
     try:
         args = loads(text)
     except JsonRefused as exc:
-        raise ToolFailure(
+        raise ToolCallError(
             "invalid_input", f"tool_call.text is not valid JSON: {exc.problem}", call_id=call_id
         ) from None
     if not isinstance(args, dict):
-        raise ToolFailure("invalid_input", "tool_call.text JSON must be an object", call_id=call_id)
+        raise ToolCallError(
+            "invalid_input", "tool_call.text JSON must be an object", call_id=call_id
+        )
     return ToolCall(args, call_id)
 
 
@@ -105,9 +107,9 @@ def string_arg(args: JsonObject, key: str) -> str:
     """A required, non-empty string argument (``invalid_input`` otherwise)."""
     value = args.get(key)
     if not isinstance(value, str):
-        raise ToolFailure("invalid_input", f"args.{key} missing or not a string")
+        raise ToolCallError("invalid_input", f"args.{key} missing or not a string")
     if not value:
-        raise ToolFailure("invalid_input", f"args.{key} is empty")
+        raise ToolCallError("invalid_input", f"args.{key} is empty")
     return value
 
 

@@ -22,6 +22,7 @@ from aiohttp import web
 from colony import jsonwire, reads
 from colony.api_models import BodyRefused, post_message
 from colony.colony import Colony
+from colony.errors import ColonyError
 from colony.httpguard import (
     BodyTimeout,
     Connections,
@@ -55,7 +56,11 @@ _THREAD_PARSE = 256 * 1024
 """Bodies larger than this are parsed and checked on a worker thread, off the event loop."""
 
 
-class ApiError(Exception):
+class ApiError(ColonyError):
+    """A request answered with an error: ``status``, meclaw's ``token`` for it, a ``detail``."""
+
+    code = "api_error"
+
     def __init__(
         self, status: int, token: str, detail: str, *, retry_after: int | None = None
     ) -> None:

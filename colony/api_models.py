@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
 from colony.envelope import Envelope
+from colony.errors import ColonyError
 from colony.ingress import MAX_TTL, MIN_TTL, IngressRefused, source_message_of
 from colony.ubf import UBF_SCHEMA, body_problem
 
@@ -51,8 +52,10 @@ _REFUSALS = {
 }
 
 
-class BodyRefused(ValueError):
+class BodyRefused(ColonyError, ValueError):
     """A ``POST /messages`` document that is understood but refused (422)."""
+
+    code = "body_refused"
 
     def __init__(self, token: str, detail: str) -> None:
         super().__init__(detail)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from colony.config.models import CellBlock, ColonyConfig, Contract
 from colony.envelope import Envelope, JsonObject
+from colony.observability import Logger
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -56,8 +57,8 @@ class CellSpec:
     contract: Contract
     cell: CellBlock
     colony: ColonyConfig
-    log: Any = None
-    """A structlog logger bound to this cell (None outside a colony)."""
+    log: Logger | None = None
+    """The colony's logger bound to this cell (None outside a colony)."""
 
 
 @dataclass(frozen=True, slots=True)

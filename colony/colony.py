@@ -30,7 +30,7 @@ from colony.edges import EdgeTable
 from colony.effects import Delivery, Effects
 from colony.envelope import Envelope
 from colony.ids import uuid7
-from colony.inflight import InFlight
+from colony.inflight import InFlightMessages
 from colony.journal import Ack, Journal
 from colony.mailbox import ByteGauge, MemoryMailbox
 from colony.outcome import Outcome
@@ -71,7 +71,7 @@ class Colony:
             record=log_messages,
         )
         self.journal = Journal(db, durable=config.delivery == "at_least_once")
-        self.in_flight = InFlight()
+        self.in_flight = InFlightMessages()
         self.decisions = 0
         """Routing decisions taken so far (each one costs a message one TTL unit)."""
         self.dead_lettered = 0

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from colony.config.loader import ColonyTree, EdgeDecl, LoadResult, load_tree
+from colony.errors import ColonyError
 from colony.paths import ROOT, parent
 
 __all__ = ["RenderError", "load_for_picture", "render_svg", "to_dot"]
@@ -120,8 +121,10 @@ def to_dot(tree: ColonyTree) -> str:
     return "\n".join(out) + "\n"
 
 
-class RenderError(Exception):
+class RenderError(ColonyError):
     """The SVG could not be drawn: no renderer is installed, or the renderer failed."""
+
+    code = "render_failed"
 
 
 _RENDERERS = ("dot", "graphviz-pure")

@@ -128,9 +128,6 @@ class EdgeTable:
         """Every edge, grouped by ``from`` path, each group in declaration order."""
         return [edge for edges in self._by_from.values() for edge in edges]
 
-    def edges_from(self, path: str) -> list[Edge]:
-        return self._by_from.get(path, [])
-
     def evaluate(self, path: str, headers: Headers) -> tuple[list[Taken], list[Skipped]]:
         """The edges from ``path`` that fire for these headers, and those that erred."""
         edges = self._by_from.get(path)

@@ -1,12 +1,41 @@
-"""The daemon's exception tree.
+"""The daemon's exception tree: every error the kernel raises on purpose is a ColonyError.
 
     ColonyError                 base; every subclass has a stable snake_case ``code``
     ├── ConfigError             a colony tree that cannot be loaded (boot or --validate)
-    ├── BootError               a tree that loaded but cannot run (a worker cannot start)
+    ├── BootError               a tree that loaded but cannot run
+    ├── ReadProblem             a config file that cannot be used; ``code`` is its diagnostic's
+    │                           (colony.config.reading)
+    ├── EnvFileError            the ``.env`` file, or a line of it (colony.config.substitute)
+    ├── ExpressionSyntaxError   CEL that does not parse (colony.expressions)
+    ├── EvaluationError         CEL that has no value for this message (colony.expressions)
+    ├── EngineUnavailableError  no such CEL engine on this machine; also a RuntimeError
+    │                           (colony.expressions)
+    ├── JsonRefused             a JSON text the daemon will not take; also a ValueError
+    │                           (colony.jsonwire)
+    ├── ColonyDbError           ``colony.db`` cannot be used (colony.persist.schema)
+    │   └── SchemaError         … written by a newer or a foreign schema
+    ├── PersistenceError        ``colony.db`` could not be written (colony.persist.writer)
+    │   ├── StorageUnavailable  … nothing was committed; try again later
+    │   └── UnitRejected        … this unit alone cannot be stored
+    ├── ReadFailed              ``colony.db`` could not be read (colony.reads)
+    ├── LeaseHeldError          another daemon holds the root (colony.lease)
+    ├── UnknownCellError        no cell at this path; also a LookupError (colony.operations)
+    ├── QueryError              a filter of a read that cannot be read; also a ValueError
+    │                           (colony.queries)
+    ├── ApiError                a request answered with an HTTP error (colony.api)
+    ├── BodyRefused             a ``POST /messages`` body understood but refused; also a
+    │                           ValueError (colony.api_models)
+    ├── BodyTimeout             a request body that did not arrive in time (colony.httpguard)
+    ├── RenderError             the SVG picture could not be drawn (colony.dot)
     └── IngressRefused          a message from outside refused at a door (colony.ingress)
 
+A class that callers (or the standard library) catch as a builtin keeps that builtin as a
+second base, so joining the tree changed no ``except`` clause.
+
 Errors a *user* causes are reported with the file, the key, what is wrong and how to fix it;
-they never reach the user as a traceback. Bugs in the daemon itself are not ColonyErrors.
+they never reach the user as a traceback. Not in the tree, on purpose: bugs in the daemon
+itself; a module's private signals (``_Invalid``, ``_Constant``, …), which never leave it;
+and the cells' own errors, which a cell turns into a reply.
 """
 
 from __future__ import annotations

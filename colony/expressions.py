@@ -24,6 +24,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Final, TypeAlias
 
+from colony.errors import ColonyError
+
 __all__ = [
     "ENGINE_ENV_VAR",
     "ENGINE_NAMES",
@@ -58,12 +60,14 @@ _UINT64_END: Final = 2**64
 # --------------------------------------------------------------------------- errors
 
 
-class ExpressionSyntaxError(Exception):
+class ExpressionSyntaxError(ColonyError):
     """The source does not parse; raised by :meth:`Engine.compile`.
 
     Carries the position separately from the engine's wording so config diagnostics can
     point an editor at it and :meth:`caret` can show it, whichever engine found it.
     """
+
+    code = "expression_syntax"
 
     def __init__(self, source: str, line: int, column: int, reason: str) -> None:
         super().__init__(f"{reason} at line {line}, column {column}")
@@ -82,12 +86,14 @@ class ExpressionSyntaxError(Exception):
         return f"{text}\n{pad}^"
 
 
-class EvaluationError(Exception):
+class EvaluationError(ColonyError):
     """Evaluating a compiled expression failed; the expression has no value.
 
     ``missing_key`` separates the routine case, a map key the message does not carry
     (routing logs those at DEBUG), from everything else (WARN).
     """
+
+    code = "expression_failed"
 
     def __init__(self, reason: str, *, missing_key: bool = False) -> None:
         super().__init__(reason)
@@ -95,8 +101,10 @@ class EvaluationError(Exception):
         self.missing_key = missing_key
 
 
-class EngineUnavailableError(RuntimeError):
+class EngineUnavailableError(ColonyError, RuntimeError):
     """The requested engine is unknown or cannot be imported on this machine."""
+
+    code = "expression_engine_unavailable"
 
 
 # --------------------------------------------------------------------------- core types

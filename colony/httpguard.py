@@ -26,11 +26,12 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from aiohttp import web
 
 from colony.config.models import ColonyConfig
+from colony.errors import ColonyError
+from colony.observability import Logger
 
 ACCEPT_LOG_EVERY_S = 10.0
 """A failed ``accept()`` (out of descriptors) is logged at most this often, with a count."""
@@ -107,7 +108,7 @@ class InFlight:
 class Connections:
     """The open connections of one server, and the request each is on."""
 
-    def __init__(self, limits: ServerLimits, log: Any) -> None:
+    def __init__(self, limits: ServerLimits, log: Logger) -> None:
         self.limits = limits
         self.log = log
         self.by_transport: dict[asyncio.BaseTransport, _Guarded] = {}
@@ -336,7 +337,11 @@ async def read_body(request: web.Request, limits: ServerLimits) -> bytes:
         raise BodyTimeout(limits.body_timeout_s) from None
 
 
-class BodyTimeout(Exception):
+class BodyTimeout(ColonyError):
+    """A request body that did not arrive in time (408); the connection is then closed."""
+
+    code = "body_timeout"
+
     def __init__(self, seconds: float) -> None:
         super().__init__(f"the request body did not arrive within {seconds:g} s")
         self.detail = str(self)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 
-class InFlight:
+class InFlightMessages:
     """Messages queued in a mailbox, being handled, or being routed anywhere in the colony.
 
     The colony counts one in when it routes an ingress or puts a message into a mailbox (or

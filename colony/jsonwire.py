@@ -22,6 +22,7 @@ import math
 import re
 from typing import Any, Literal
 
+from colony.errors import ColonyError
 from colony.persist.escape import has_surrogate
 
 __all__ = ["MAX_DEPTH", "JsonRefused", "dumps", "loads"]
@@ -37,8 +38,10 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _LONG_NUMBER = re.compile(r"-?\d{4000,}")
 
 
-class JsonRefused(ValueError):
+class JsonRefused(ColonyError, ValueError):
     """A JSON text that is not acceptable; ``detail`` says what and where, for a person."""
+
+    code = "json_refused"
 
     def __init__(
         self,

@@ -159,10 +159,6 @@ class Mailbox(Protocol):
         """The next message, or None when none can be had without waiting."""
         ...
 
-    def drain(self) -> list[Envelope]:
-        """Take every message held in memory (a backlog still on disk stays there)."""
-        ...
-
     def attach(self, backlog: Backlog) -> None:
         """Deliver ``backlog`` before anything put later (called before the cell runs)."""
         ...
@@ -305,17 +301,6 @@ class MemoryMailbox:
             if source.remaining <= 0:
                 self._source = None
             return True
-
-    def drain(self) -> list[Envelope]:
-        out: list[Envelope] = []
-        while self._backlog or not self._queue.empty():
-            if self._backlog:
-                message, size = self._backlog.popleft()
-            else:
-                message, size = self._queue.get_nowait()
-            self._taken(size)
-            out.append(message)
-        return out
 
     def attach(self, backlog: Backlog) -> None:
         if backlog.remaining > 0:

@@ -14,12 +14,34 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, MutableMapping, MutableSequence
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import structlog
+from structlog.typing import FilteringBoundLogger
 
 from colony.failures import one_line
 from colony.persist.escape import has_surrogate
+
+
+class Logger(Protocol):
+    """What the daemon and its cells ask of a logger: structlog's bound logger, narrowed to the
+    calls they make. Each call takes a snake_case event name and its fields as keywords;
+    ``exception`` logs an error with the exception being handled, and ``bind`` gives a logger
+    that adds ``fields`` to each of its events. :func:`file_logger` and :func:`list_logger`
+    make the ones the daemon uses; mypy checks structlog's type against this one there."""
+
+    def debug(self, event: str, **fields: Any) -> Any: ...
+
+    def info(self, event: str, **fields: Any) -> Any: ...
+
+    def warning(self, event: str, **fields: Any) -> Any: ...
+
+    def error(self, event: str, **fields: Any) -> Any: ...
+
+    def exception(self, event: str, **fields: Any) -> Any: ...
+
+    def bind(self, **fields: Any) -> Logger: ...
+
 
 LEVELS = {
     "trace": logging.DEBUG,
@@ -137,11 +159,11 @@ class SafeFileWriter:
             pass
 
 
-def file_logger(stream: TextIO, level: str = "info", *, echo: TextIO | None = None) -> Any:
+def file_logger(stream: TextIO, level: str = "info", *, echo: TextIO | None = None) -> Logger:
     """A logger writing JSON lines to ``stream`` (``<root>/log.jsonl`` in the daemon); a
     failed write never raises (see :class:`SafeFileWriter`). With ``echo``, warnings and
     errors are also written there, one compact line each."""
-    return structlog.wrap_logger(
+    logger: FilteringBoundLogger = structlog.wrap_logger(
         SafeFileWriter(stream),
         processors=[
             *_processors(),
@@ -151,6 +173,7 @@ def file_logger(stream: TextIO, level: str = "info", *, echo: TextIO | None = No
         wrapper_class=structlog.make_filtering_bound_logger(level_number(level)),
         cache_logger_on_first_use=True,
     )
+    return logger  # structlog's own type, checked here against the protocol
 
 
 class _Collect:
@@ -162,14 +185,15 @@ class _Collect:
         raise structlog.DropEvent
 
 
-def list_logger(sink: MutableSequence[dict[str, Any]], level: str = "debug") -> Any:
+def list_logger(sink: MutableSequence[dict[str, Any]], level: str = "debug") -> Logger:
     """A logger that appends each event dict to ``sink`` (for tests and the harness)."""
-    return structlog.wrap_logger(
+    logger: FilteringBoundLogger = structlog.wrap_logger(
         structlog.PrintLogger(sys.stderr),
         processors=[*_processors(), _Collect(sink)],
         wrapper_class=structlog.make_filtering_bound_logger(level_number(level)),
         cache_logger_on_first_use=True,
     )
+    return logger  # structlog's own type, checked here against the protocol
 
 
 # -- the direct-mode stderr echo --------------------------------------------------------------

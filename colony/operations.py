@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from colony.errors import ColonyError
 from colony.failures import error_code, error_text, one_line
 from colony.lease import RootLease
 from colony.persist.records import (
@@ -161,8 +162,10 @@ def _short(value: Any) -> str:
 # -- cells ------------------------------------------------------------------------------------
 
 
-class UnknownCellError(LookupError):
+class UnknownCellError(ColonyError, LookupError):
     """The registry has no cell at this path."""
+
+    code = "unknown_cell"
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from colony import paths
+from colony.errors import ColonyError
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -47,9 +48,11 @@ _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}
 _UUID_PATTERN = "^" + _UUID.pattern + "$"
 
 
-class QueryError(ValueError):
+class QueryError(ColonyError, ValueError):
     """One filter of a read could not be read. ``detail`` never repeats the rejected value
     (a filter may carry an id or a token that has no business in a log line)."""
+
+    code = "bad_query"
 
     def __init__(self, key: str, detail: str) -> None:
         super().__init__(detail)

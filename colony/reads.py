@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from colony.envelope import Envelope, Headers
+from colony.errors import ColonyError
 from colony.ids import uuid7
 from colony.persist.db import PersistenceError
 from colony.persist.schema import MESSAGE_ID_OF_ENVELOPE, MESSAGE_LOG_SELECT, connect
@@ -47,8 +48,10 @@ REPLY_SENDER = "/colony"
 _COLUMNS = MESSAGE_LOG_SELECT
 
 
-class ReadFailed(Exception):
+class ReadFailed(ColonyError):
     """``colony.db`` could not be read (missing, locked past the busy timeout, corrupt)."""
+
+    code = "colony_db_unreadable"
 
 
 # -- the reads ----------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from colony.contracts import ConsumesGate
 from colony.dead_letters import DeadLetterCode
 from colony.envelope import Envelope, JsonObject, split_content
 from colony.failures import error_code, error_text, error_traceback
-from colony.inflight import InFlight
+from colony.inflight import InFlightMessages
 from colony.mailbox import Mailbox
 from colony.outcome import Crashed, Outcome, Outputs, Refused, TimedOut
 from colony.routing import Emitter
@@ -127,7 +127,7 @@ class CellRunner:
         *,
         config: ColonyConfig,
         log: Any,
-        in_flight: InFlight,
+        in_flight: InFlightMessages,
         cell_id: str,
         active: bool = True,
     ) -> None:

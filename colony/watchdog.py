@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from colony.observability import Logger
+
 __all__ = ["WaitGraph", "Watchdog", "find_cycle"]
 
 
@@ -86,7 +88,7 @@ class Watchdog:
         *,
         period_s: float,
         threshold: int,
-        log: Any,
+        log: Logger,
         on_trip: Callable[[str], None] | None = None,
     ) -> None:
         self.graph = graph

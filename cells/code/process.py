@@ -166,7 +166,7 @@ class _Reader:
             self._fd = -1
 
 
-class _Writer:
+class _PipeWriter:
     """Write ``data`` to a pipe as it drains, then close it (EPIPE just ends the writing)."""
 
     def __init__(self, fd: int, data: bytes) -> None:
@@ -235,13 +235,13 @@ async def supervise(
     ``overflow="close"``: each stream keeps its head and its pipe is closed past its cap.
     """
     loop = asyncio.get_running_loop()
-    writer: _Writer | None = None
+    writer: _PipeWriter | None = None
     out: _Reader | None = None
     err: _Reader | None = None
     exit_task: asyncio.Task[int] | None = None
     ended: list[float] = []
     try:
-        writer = _Writer(pipes.stdin, stdin)
+        writer = _PipeWriter(pipes.stdin, stdin)
         closing = overflow == "close"
         out = _Reader(pipes.stdout, max_stdout_bytes, tail=False, close_on_overflow=closing)
         err = _Reader(pipes.stderr, max_stderr_bytes, tail=not closing, close_on_overflow=closing)

@@ -497,7 +497,7 @@ def _children() -> list[int]:
     return found
 
 
-class Zygote:
+class ZygoteLoop:
     """The single-threaded job loop: fork on ``run``, reap on SIGCHLD, report over the socket."""
 
     def __init__(self, sock: socket.socket, cgroups: PidsCgroups | None) -> None:
@@ -771,7 +771,7 @@ def main(argv: list[str]) -> None:
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     _prctl(_PR_SET_DUMPABLE, 0)
     _FAST_CLOSE_RANGE = _close_range_is_fast()
-    zygote = Zygote(sock, PidsCgroups.open())
+    zygote = ZygoteLoop(sock, PidsCgroups.open())
     # Everything made so far lives as long as the zygote. Frozen, a child's collector never
     # walks it, so the child does not copy those pages on write just to look at them.
     gc.freeze()

@@ -71,7 +71,7 @@ _CLOSE_GRACE = 2.0  # how long a closed zygote gets to kill its jobs and exit by
 _NO_LIMITS = Limits()
 
 
-class _Undelivered(ProcessError):
+class _UndeliveredError(ProcessError):
     """The zygote died before it took the job: nothing ran, so the job may be retried."""
 
 
@@ -111,7 +111,7 @@ class _Connection:
         self._outbox.append((memoryview(_HEADER.pack(len(payload)) + payload), fds or []))
         if self.dead is not None:
             self._drop_outbox()
-            raise _Undelivered(self.dead)
+            raise _UndeliveredError(self.dead)
         if not self._writing:
             self._flush()
 
@@ -269,7 +269,7 @@ class _Connection:
 
     def _shut(self, reason: str, *, retry_unstarted: bool = False) -> None:
         """Mark the connection dead and fail its jobs; ``retry_unstarted``: jobs the zygote
-        had not forked yet fail with :class:`_Undelivered`, so :meth:`Zygote.run` retries them.
+        had not forked yet fail with :class:`_UndeliveredError`, so :meth:`Zygote.run` retries them.
         """
         if self.dead is None:
             self.dead = reason
@@ -288,7 +288,7 @@ class _Connection:
         ]
         for job in self.jobs.values():
             retry = retry_unstarted and not job.started.done()
-            error = _Undelivered(reason) if retry else ProcessError(reason)
+            error = _UndeliveredError(reason) if retry else ProcessError(reason)
             futures += [(job.started, error), (job.status, ProcessError(reason))]
         self.jobs.clear()
         for future, error in futures:
@@ -397,7 +397,7 @@ class Zygote:
                     max_stderr_bytes=max_stderr_bytes,
                     overflow=overflow,
                 )
-            except _Undelivered as exc:  # died before it forked the job: safe to run it anew
+            except _UndeliveredError as exc:  # died before it forked the job: safe to run it anew
                 if attempt:
                     raise ProcessError(str(exc)) from None
         raise AssertionError("unreachable")

@@ -9,7 +9,7 @@ from cells.llm.cell import LlmCell
 from cells.llm.dialects import dialect_for
 from cells.llm.dialects.base import TranslateError, tool_from_leaf
 from cells.llm.params import LlmParams, backstop_floor_ms, unknown_keys
-from cells.llm.state import SeedError, read_system_seed
+from cells.llm.state import SystemSeedError, read_system_seed
 from colony.cell import CellClass, CellType, ParamProblem, pydantic_check
 from colony.jsonwire import loads
 
@@ -20,7 +20,7 @@ def _check_folder(params: LlmParams, folder: Path | None) -> list[ParamProblem]:
     if seed is not None and seed.is_file():
         try:
             slots = read_system_seed(seed)
-        except SeedError as exc:
+        except SystemSeedError as exc:
             problems.append(ParamProblem((), "invalid_seed", f"seed/system.jsonl: {exc}"))
             return problems
         problems += _check_tools(params.provider, slots)

@@ -29,14 +29,14 @@ from cells.llm.params import LlmParams, overlay
 from cells.llm.state import LlmState
 from cells.llm.system import GateError, PromptError, check_gate, parse_write, prompt_of, tools_of
 from cells.llm.transcript import MemoryStore, SqliteStore, TranscriptStore
-from cells.llm.transport import WireFailure, error_code_for, post
+from cells.llm.transport import ProviderWireError, error_code_for, post
 from cells.redact import Redactor, safe_url
 from colony.cell import CellSpec, Emission
 from colony.crashpoints import crash_point
 from colony.envelope import Envelope, JsonObject
 
 
-class _Failure(Exception):
+class _ProviderCallError(Exception):
     def __init__(self, code: str, source: str, detail: str, **extra: Any) -> None:
         super().__init__(detail)
         self.code = code
@@ -147,7 +147,7 @@ class LlmCell:
             return []  # a system-only write is silent
         try:
             content = await self._call(message, turns, started)
-        except _Failure as failure:
+        except _ProviderCallError as failure:
             content = self._error(
                 failure.code, failure.source, failure.detail, passed, started, **failure.extra
             )
@@ -170,7 +170,7 @@ class LlmCell:
                 extra=_extra(params),
             )
         except (TranslateError, PromptError) as exc:
-            raise _Failure("provider_error", "translate", str(exc)) from None
+            raise _ProviderCallError("provider_error", "translate", str(exc)) from None
         content = encode(body, sort_keys=params.provider == "openai")
         headers = {"Content-Type": "application/json", **dialect.headers(params.api_key)}
         if params.http_referer:
@@ -192,19 +192,19 @@ class LlmCell:
                     cell=self.path,
                     trace_id=message.trace_id,
                 )
-            except WireFailure as failure:
+            except ProviderWireError as failure:
                 extra: dict[str, Any] = {"url": safe_url(url)}
                 if failure.status is not None:
                     extra["status"] = failure.status
                 if failure.upstream:
                     extra["upstream_message"] = self._redact(failure.upstream)
-                raise _Failure(failure.code, "wire", failure.detail, **extra) from None
+                raise _ProviderCallError(failure.code, "wire", failure.detail, **extra) from None
             crash_point("llm.replied")
             latency = int((time.perf_counter() - begun) * 1000)
             error = dialect.in_body_error(answer)
             if error is not None:
                 status, upstream = error
-                raise _Failure(
+                raise _ProviderCallError(
                     error_code_for(status) if status else "provider_error",
                     "wire",
                     "the provider answered HTTP 200 with an error object",
@@ -215,7 +215,7 @@ class LlmCell:
             try:
                 reply = dialect.parse(answer)
             except ReplyError as exc:
-                raise _Failure("provider_error", "parse", str(exc)) from None
+                raise _ProviderCallError("provider_error", "parse", str(exc)) from None
             if reply.empty and attempt == 1:
                 if self.log is not None:
                     self.log.info(
@@ -231,7 +231,7 @@ class LlmCell:
                         detail="the provider answered nothing twice (no text, no tool call, no "
                         "output tokens); emitted as error_code empty_reply",
                     )
-                raise _Failure(
+                raise _ProviderCallError(
                     "empty_reply",
                     "parse",
                     "the provider answered nothing, twice",
@@ -315,7 +315,7 @@ class LlmCell:
                     cell=self.path,
                     trace_id=trace_id,
                 )
-            except WireFailure as failure:
+            except ProviderWireError as failure:
                 status = failure.status or (408 if failure.code == "timeout" else 502)
                 upstream = f": {self._redact(failure.upstream)}" if failure.upstream else ""
                 raise LoopError(
@@ -374,7 +374,7 @@ class LlmCell:
             reply = dialect.parse(answer)
         except TranslateError as exc:
             raise LoopError(400, str(exc)) from None
-        except WireFailure as failure:
+        except ProviderWireError as failure:
             status = failure.status or (408 if failure.code == "timeout" else 502)
             raise LoopError(
                 status, f"LLM provider error - {failure.detail}", failure.code

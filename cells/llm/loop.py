@@ -28,7 +28,7 @@ from cells.llm.dialects.base import (
     compact,
     error_text,
 )
-from cells.llm.transcript.base import Record, StoreUnavailable, TranscriptStore, WriteOutcome
+from cells.llm.transcript.base import Record, StoreUnavailableError, TranscriptStore, WriteOutcome
 from colony.jsonwire import JsonRefused, loads
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
@@ -301,7 +301,7 @@ async def run_turn(
             )
             turns = list(request.messages or [])
             conversation = uuid.uuid4().hex
-    except StoreUnavailable as exc:
+    except StoreUnavailableError as exc:
         raise LoopError(503, str(exc)) from None
 
     tools = [
@@ -361,7 +361,7 @@ async def run_turn(
     expire = request.ttl if record.state == "open" else request.retention
     try:
         outcome = await store.write(conversation, expected, record if expire > 0 else None, expire)
-    except StoreUnavailable as exc:
+    except StoreUnavailableError as exc:
         raise LoopError(503, str(exc)) from None
     if outcome is WriteOutcome.GONE:
         raise LoopError(404, f"conversation {conversation} expired during the turn")

@@ -24,7 +24,7 @@ INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '1');
 """
 
 
-class SeedError(Exception):
+class SystemSeedError(Exception):
     """``seed/system.jsonl`` is malformed; the message names the line."""
 
 
@@ -35,24 +35,28 @@ def read_system_seed(file: Path) -> dict[str, JsonObject]:
     try:
         lines = list(reading.jsonl(file))  # a regular file, size-capped, each line checked
     except reading.ReadProblem as problem:
-        raise SeedError(problem.message) from None
+        raise SystemSeedError(problem.message) from None
     for number, doc in lines:
         if not header:
             if not isinstance(doc, dict) or "schema" not in doc:
-                raise SeedError(f'line {number}: the first line must be {{"schema": {{...}}}}')
+                raise SystemSeedError(
+                    f'line {number}: the first line must be {{"schema": {{...}}}}'
+                )
             header = True
             continue
         path, value = (
             (doc.get("slot_path"), doc.get("value")) if isinstance(doc, dict) else (None, None)
         )
         if not isinstance(path, str) or not path or not isinstance(value, dict):
-            raise SeedError(
+            raise SystemSeedError(
                 f'line {number}: expected {{"slot_path": "...", "value": {{"text": ...}}}}'
             )
         if "text" not in value or not isinstance(value["text"], str):
-            raise SeedError(f"line {number}: value needs a text string (text_id is not allowed)")
+            raise SystemSeedError(
+                f"line {number}: value needs a text string (text_id is not allowed)"
+            )
         if any(isinstance(v, dict | list) for v in value.values()):
-            raise SeedError(f"line {number}: value must be a flat leaf")
+            raise SystemSeedError(f"line {number}: value must be a flat leaf")
         out[path] = value
     return out
 

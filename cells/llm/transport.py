@@ -21,12 +21,13 @@ import httpx
 
 from cells.llm.params import BACKOFF_BASE_S, BACKOFF_CAP_S
 from colony.jsonwire import JsonRefused, loads
+from colony.observability import Logger
 
 STATUS_CODES = {401: "auth", 404: "model_not_found", 429: "rate_limit"}
 _MAX_RETRY_AFTER_S = 60.0
 
 
-class WireFailure(Exception):
+class ProviderWireError(Exception):
     """The call failed: ``code`` is the cell's error code, ``detail`` says why."""
 
     def __init__(
@@ -75,11 +76,11 @@ async def post(
     *,
     attempt_timeout: float,
     max_retries: int,
-    log: Any,
+    log: Logger | None,
     cell: str,
     trace_id: str,
 ) -> Any:
-    """POST and return the parsed JSON of a 2xx answer, or raise :class:`WireFailure`."""
+    """POST and return the parsed JSON of a 2xx answer, or raise :class:`ProviderWireError`."""
     attempt = 0
     while True:
         try:
@@ -87,7 +88,7 @@ async def post(
                 url, content=content, headers=headers, timeout=attempt_timeout
             )
         except httpx.TimeoutException:
-            raise WireFailure("timeout", f"no answer within {attempt_timeout:g} s") from None
+            raise ProviderWireError("timeout", f"no answer within {attempt_timeout:g} s") from None
         except httpx.ConnectError as exc:
             if attempt < max_retries:
                 attempt += 1
@@ -95,9 +96,9 @@ async def post(
                 _log_retry(log, cell, trace_id, attempt, max_retries, delay, "connect", None)
                 await asyncio.sleep(delay)
                 continue
-            raise WireFailure("provider_error", f"cannot connect: {exc}") from None
+            raise ProviderWireError("provider_error", f"cannot connect: {exc}") from None
         except httpx.HTTPError as exc:
-            raise WireFailure("provider_error", f"the request failed: {exc}") from None
+            raise ProviderWireError("provider_error", f"the request failed: {exc}") from None
         status = response.status_code
         if (status == 429 or status >= 500) and attempt < max_retries:
             attempt += 1
@@ -108,7 +109,7 @@ async def post(
             await asyncio.sleep(delay)
             continue
         if status >= 300:
-            raise WireFailure(
+            raise ProviderWireError(
                 error_code_for(status),
                 f"HTTP {status}",
                 status=status,
@@ -117,13 +118,13 @@ async def post(
         try:
             return loads(response.text)
         except JsonRefused as exc:
-            raise WireFailure(
+            raise ProviderWireError(
                 "provider_error", f"the answer is not JSON: {exc.problem}", status=status
             ) from None
 
 
 def _log_retry(
-    log: Any,
+    log: Logger | None,
     cell: str,
     trace_id: str,
     attempt: int,

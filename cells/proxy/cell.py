@@ -39,7 +39,7 @@ from telegram.error import (
 )
 from telegram.request import HTTPXRequest
 
-from cells.cellfile import ParamsOverlay, QueryTimeout, open_cell_db
+from cells.cellfile import ParamsOverlay, QueryTimeoutError, open_cell_db
 from cells.proxy.params import IMMUTABLE_KEYS, MUTABLE_KEYS, ProxyParams
 from cells.redact import Redactor
 from colony.cell import CellContext, CellSpec, Emission
@@ -60,7 +60,7 @@ Sleep = Callable[[float], Awaitable[None]]
 # -- the token stays out of logs ---------------------------------------------------------------
 
 
-class _Redactor(logging.Filter):
+class _TokenFilter(logging.Filter):
     """Replaces every live bot token in the records of the loggers it is attached to."""
 
     def __init__(self) -> None:
@@ -90,7 +90,7 @@ class _Redactor(logging.Filter):
             self.tokens[token] = count
 
 
-_REDACTOR = _Redactor()
+_REDACTOR = _TokenFilter()
 _LIBRARY_LOGGERS = (
     "telegram.Bot",
     "telegram.request.BaseRequest",
@@ -215,7 +215,7 @@ class _CellDb:
             except sqlite3.OperationalError as exc:
                 text = str(exc).lower()
                 if "locked" in text or "busy" in text:
-                    raise QueryTimeout(
+                    raise QueryTimeoutError(
                         f"cell.db stayed locked for query_timeout_ms ({timeout_ms} ms)"
                     ) from exc
                 raise
@@ -451,7 +451,7 @@ class ProxyCell:
                 await self._emit(ctx, update)
             try:
                 await self.db.save_offset(next_offset, self.params.query_timeout_ms)
-            except (QueryTimeout, sqlite3.Error) as exc:
+            except (QueryTimeoutError, sqlite3.Error) as exc:
                 self._log(
                     "error",
                     "proxy_cursor_save_failed",
@@ -599,7 +599,7 @@ class ProxyCell:
         values = {key: getattr(merged, key) for key in update}
         try:
             await self.db.save_overlay(values, self.params.query_timeout_ms)
-        except QueryTimeout as exc:
+        except QueryTimeoutError as exc:
             return "query_timeout", f"params write: {exc}"
         except sqlite3.Error as exc:
             return "invalid_input", f"cell.db params write failed: {exc}"

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cells.cellfile import ParamsOverlay, QueryTimeout, bounded, open_cell_db
-from cells.store.ops import WRITES, ArgsError, Plan, UnknownName, bind, parse_call, plan
+from cells.cellfile import ParamsOverlay, QueryTimeoutError, bounded, open_cell_db
+from cells.store.ops import WRITES, ArgsError, Plan, UnknownNameError, bind, parse_call, plan
 from cells.store.params import SQL_TYPES, StoreParams, read_seed
 from cells.text import dumps_sorted
 from cells.toolcall import tool_error, tool_result
@@ -184,11 +184,11 @@ class StoreCell:
             step = plan(args, self.schema)
         except ArgsError as exc:
             return _error(exc.operation, "invalid_input", exc.text, "")
-        except UnknownName as exc:
+        except UnknownNameError as exc:
             return _result(str(operation), 0, started, exc.text, call_id, exc.code)
         try:
             rows_affected, payload = self._execute(step)
-        except QueryTimeout:
+        except QueryTimeoutError:
             return _error(step.operation, "query_timeout", "query exceeded query_timeout_ms", "")
         except sqlite3.Error as exc:
             return _result(step.operation, 0, started, str(exc), call_id, _classify(exc))
@@ -197,7 +197,7 @@ class StoreCell:
         return _result(step.operation, rows_affected, started, payload, call_id, None)
 
     def _execute(self, step: Plan) -> tuple[int, str]:
-        """The step's rows affected and reply text; raises :class:`QueryTimeout` past
+        """The step's rows affected and reply text; raises :class:`QueryTimeoutError` past
         ``query_timeout_ms``."""
         conn = self.conn
         with bounded(conn, self.query_timeout_ms):

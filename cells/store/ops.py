@@ -3,7 +3,7 @@
 Pure: no connection here. Every table and column name is checked — first that it is an
 identifier, then that the schema declares it — before it is quoted into SQL, and every value
 is a bound parameter. A malformed call is :class:`ArgsError` (``invalid_input``); a name the
-schema lacks is :class:`UnknownName` (``unknown_table`` / ``unknown_column``, reported like an
+schema lacks is :class:`UnknownNameError` (``unknown_table`` / ``unknown_column``, reported like an
 SQL error). The shape of a call is judged before any name is looked up, so whether a call is
 well formed never depends on the schema (``select`` with ``columns: []`` is ``invalid_input``
 on any table, existing or not).
@@ -41,7 +41,7 @@ class ArgsError(Exception):
         super().__init__(text)
 
 
-class UnknownName(Exception):
+class UnknownNameError(Exception):
     """A table or column the schema does not declare."""
 
     def __init__(self, code: str, text: str) -> None:
@@ -99,7 +99,7 @@ def _table(operation: str, args: dict[str, Any], schema: Schema) -> str:
         raise ArgsError(operation, f"{operation}: table {problem}")
     assert isinstance(table, str)
     if table not in schema:
-        raise UnknownName("unknown_table", f"no such table: {table}")
+        raise UnknownNameError("unknown_table", f"no such table: {table}")
     return table
 
 
@@ -109,7 +109,7 @@ def _column(operation: str, table: str, name: Any, schema: Schema) -> str:
         raise ArgsError(operation, f"{operation}: column {problem}")
     assert isinstance(name, str)
     if name not in schema[table]:
-        raise UnknownName("unknown_column", f"table {table} has no column named {name}")
+        raise UnknownNameError("unknown_column", f"table {table} has no column named {name}")
     return name
 
 
@@ -176,7 +176,7 @@ def _row(operation: str, table: str, row: Any, key: str, schema: Schema) -> dict
 
 class _Everything(Mapping[str, Any]):
     """A schema in which every table and every column exists: planning against it finds
-    every :class:`ArgsError` of a call and no :class:`UnknownName`."""
+    every :class:`ArgsError` of a call and no :class:`UnknownNameError`."""
 
     def __contains__(self, key: object) -> bool:
         return True

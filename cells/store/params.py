@@ -71,7 +71,7 @@ class StoreParams(BaseModel):
         return value
 
 
-class SeedError(Exception):
+class StoreSeedError(Exception):
     """A seed file is malformed; the message names the line."""
 
 
@@ -85,21 +85,23 @@ def read_seed(file: Path, columns: Mapping[str, str]) -> list[dict[str, Any]]:
         for number, value in reading.jsonl(file):
             if not header_seen:
                 if not isinstance(value, dict) or not isinstance(value.get("schema"), dict):
-                    raise SeedError(f'line {number}: the first line must be {{"schema": {{...}}}}')
+                    raise StoreSeedError(
+                        f'line {number}: the first line must be {{"schema": {{...}}}}'
+                    )
                 missing = sorted(set(columns) - set(value["schema"]))
                 if missing:
-                    raise SeedError(
+                    raise StoreSeedError(
                         f"line {number}: the header lacks declared column(s) {', '.join(missing)}"
                     )
                 header_seen = True
                 continue
             if not isinstance(value, dict):
-                raise SeedError(f"line {number}: a row must be a JSON object")
+                raise StoreSeedError(f"line {number}: a row must be a JSON object")
             rows.append(value)
     except reading.ReadProblem as problem:
-        raise SeedError(problem.message) from None
+        raise StoreSeedError(problem.message) from None
     if not header_seen:
-        raise SeedError('the file is empty; it needs a {"schema": {...}} header line')
+        raise StoreSeedError('the file is empty; it needs a {"schema": {...}} header line')
     return rows
 
 
@@ -114,7 +116,7 @@ def check_folder(params: StoreParams, folder: Path | None) -> list[ParamProblem]
             continue
         try:
             read_seed(file, columns)
-        except SeedError as exc:
+        except StoreSeedError as exc:
             problems.append(
                 ParamProblem(
                     ("schema", table),

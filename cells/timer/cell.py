@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from cells.cellfile import ParamsOverlay, QueryTimeout, bounded, open_cell_db
+from cells.cellfile import ParamsOverlay, QueryTimeoutError, bounded, open_cell_db
 from cells.text import dumps_sorted
 from cells.timer.cron import CronExpr
 from cells.timer.ops import Op, OpError, parse_at, parse_op, rfc3339
 from cells.timer.params import TimerParams, update_problem
-from cells.toolcall import ToolFailure, parse_tool_call, result_turn
+from cells.toolcall import ToolCallError, parse_tool_call, result_turn
 from colony.cell import CellContext, CellSpec, Emission
 from colony.envelope import Envelope, JsonObject
 from colony.ids import uuid7
@@ -176,7 +176,7 @@ class TimerCell:
     # -- cell.db, under query_timeout_ms ---------------------------------------------------
 
     def _query(self, sql: str, values: tuple[Any, ...] = ()) -> sqlite3.Cursor:
-        """One statement, interrupted past ``query_timeout_ms`` (:class:`QueryTimeout`)."""
+        """One statement, interrupted past ``query_timeout_ms`` (:class:`QueryTimeoutError`)."""
         with bounded(self.conn, self.query_timeout_ms):
             return self.conn.execute(sql, values)
 
@@ -298,7 +298,7 @@ class TimerCell:
                     "UPDATE schedules SET iteration_n = iteration_n + 1 WHERE schedule_id = ?",
                     (schedule_id,),
                 )
-        except QueryTimeout:
+        except QueryTimeoutError:
             self._note("timer_fire_skipped", schedule_id=schedule_id, reason="query_timeout")
             return
         header = dict(row.emit_headers)
@@ -339,7 +339,7 @@ class TimerCell:
         if tool:
             try:
                 value, call_id = parse_tool_call(body)
-            except ToolFailure as failure:
+            except ToolCallError as failure:
                 return _op_error("parse_error", failure.text, failure.call_id, None, True)
         named = value.get("schedule_id") if isinstance(value, dict) else None
         named = named if isinstance(named, str) else None
@@ -351,7 +351,7 @@ class TimerCell:
                 self._replan(self.clock.now())  # a triggered one-shot is done
         except OpError as exc:
             return _op_error(exc.code, exc.detail, call_id, named, tool)
-        except QueryTimeout:
+        except QueryTimeoutError:
             detail = f"{value.get('op', 'add')}: query exceeded query_timeout_ms"
             return _op_error("query_timeout", detail, call_id, named, tool)
         if not tool:
@@ -364,7 +364,7 @@ class TimerCell:
 
     def _apply(self, op: Op) -> None:
         """Carry out ``op`` in cell.db and the plan (a trigger only checks); raises
-        :class:`OpError` or :class:`QueryTimeout`."""
+        :class:`OpError` or :class:`QueryTimeoutError`."""
         now = self.clock.now()
         sid = op.schedule_id
         if op.op == "add":

@@ -38,13 +38,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cells.redact import Redactor
 from cells.text import cut_visibly, utf8_len
-from cells.toolcall import ToolFailure, parse_tool_call, string_arg, tool_error, tool_result
+from cells.toolcall import ToolCallError, parse_tool_call, string_arg, tool_error, tool_result
 from cells.web.common import human_duration, lossy_utf8, lossy_utf8_prefix, read_capped
 from cells.web.ssrf import (
     IpAddress,
     Resolver,
-    TargetBlocked,
-    Unresolvable,
+    TargetBlockedError,
+    UnresolvableHostError,
     host_problem,
     parse_ip_host,
     screen,
@@ -110,18 +110,20 @@ def parse_url(raw: str) -> httpx.URL:
     try:
         url = httpx.URL(raw)
     except (httpx.InvalidURL, ValueError) as exc:
-        raise ToolFailure(
+        raise ToolCallError(
             "invalid_input", f"args.url {_quoted(raw)} is not a valid URL: {exc}"
         ) from None
     if url.scheme and url.scheme not in DEFAULT_PORTS:
-        raise ToolFailure(
+        raise ToolCallError(
             "invalid_input",
             f"args.url {_quoted(raw)} uses scheme {_quoted(url.scheme)}; "
             "web_fetch speaks http and https only",
         )
     problem = url_problem(url)
     if problem is not None:
-        raise ToolFailure("invalid_input", f"args.url {_quoted(raw)} is not a valid URL: {problem}")
+        raise ToolCallError(
+            "invalid_input", f"args.url {_quoted(raw)} is not a valid URL: {problem}"
+        )
     return url
 
 
@@ -130,12 +132,12 @@ def next_hop(current: httpx.URL, location: str) -> httpx.URL:
     try:
         target = current.join(location)
     except (httpx.InvalidURL, ValueError) as exc:
-        raise ToolFailure(
+        raise ToolCallError(
             "invalid_redirect",
             f"web_fetch cannot follow the redirect from {current} to {_quoted(location)}: {exc}",
         ) from None
     if target.scheme not in DEFAULT_PORTS:
-        raise ToolFailure(
+        raise ToolCallError(
             "invalid_redirect",
             f"web_fetch refuses the redirect from {current} to {target}: "
             f"scheme {_quoted(target.scheme)} is not http or https",
@@ -143,14 +145,14 @@ def next_hop(current: httpx.URL, location: str) -> httpx.URL:
     # An https→http hop the caller never saw would put the rest of the chain in the clear,
     # where whoever sits on the path picks the response. The upgrade direction is fine.
     if current.scheme == "https" and target.scheme == "http":
-        raise ToolFailure(
+        raise ToolCallError(
             "invalid_redirect",
             f"web_fetch refuses the redirect from {current} to {target}: "
             "https must not be downgraded to http",
         )
     problem = url_problem(target)
     if problem is not None:
-        raise ToolFailure(
+        raise ToolCallError(
             "invalid_redirect",
             f"web_fetch cannot follow the redirect from {current} to {target}: {problem}",
         )
@@ -216,14 +218,14 @@ class WebFetchCell:
         started = time.perf_counter()
         try:
             call = parse_tool_call(body)
-        except ToolFailure as failure:
+        except ToolCallError as failure:
             return self._error(failure.code, failure.text, failure.call_id, started)
         call_id = call.id
         try:
             url = parse_url(string_arg(call.args, "url"))
             async with asyncio.timeout(self.params.external_timeout_ms / 1000):
                 fetched = await self.fetch(url)
-        except ToolFailure as failure:
+        except ToolCallError as failure:
             return self._error(failure.code, failure.text, call_id, started)
         except TimeoutError:
             text = f"web_fetch timed out after {human_duration(self.params.external_timeout_ms)}"
@@ -261,7 +263,7 @@ class WebFetchCell:
 
     async def fetch(self, url: httpx.URL) -> Fetched:
         """GET ``url``, screening and following redirects hop by hop; raises
-        :class:`ToolFailure`. The caller bounds it in time."""
+        :class:`ToolCallError`. The caller bounds it in time."""
         current = url
         redirects = 0
         while True:
@@ -273,7 +275,7 @@ class WebFetchCell:
                 if location is None:
                     return await self._read(response, redirects, current)
                 if redirects >= self.params.max_redirects:
-                    raise ToolFailure(
+                    raise ToolCallError(
                         "too_many_redirects",
                         f"web_fetch stopped at {current}: the redirect chain exceeds "
                         f"max_redirects = {self.params.max_redirects}",
@@ -294,10 +296,10 @@ class WebFetchCell:
                 allow_private_networks=self.params.allow_private_networks,
                 resolver=self.resolver,
             )
-        except TargetBlocked as exc:
-            raise ToolFailure("target_blocked", str(exc)) from None
-        except Unresolvable as exc:
-            raise ToolFailure("io_error", str(exc)) from None
+        except TargetBlockedError as exc:
+            raise ToolCallError("target_blocked", str(exc)) from None
+        except UnresolvableHostError as exc:
+            raise ToolCallError("io_error", str(exc)) from None
         headers = {
             "Host": _host_header(url),
             "Accept": "*/*",
@@ -322,7 +324,7 @@ class WebFetchCell:
             response.request = request
             return response
         detail = (str(failure) or type(failure).__name__) if failure else "no address"
-        raise ToolFailure("io_error", f"web_fetch could not fetch {url}: {detail}")
+        raise ToolCallError("io_error", f"web_fetch could not fetch {url}: {detail}")
 
     async def _read(self, response: httpx.Response, redirects: int, url: httpx.URL) -> Fetched:
         """Read the body of the final response up to just past ``max_bytes``."""
@@ -338,7 +340,7 @@ class WebFetchCell:
             data, complete = await read_capped(chunks, max_bytes + 3)
         except (httpx.HTTPError, OSError, zlib.error) as exc:
             detail = str(exc) or type(exc).__name__
-            raise ToolFailure("io_error", f"web_fetch could not read {url}: {detail}") from None
+            raise ToolCallError("io_error", f"web_fetch could not read {url}: {detail}") from None
         if complete:
             text = lossy_utf8(data)
             total = utf8_len(text)

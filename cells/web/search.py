@@ -26,7 +26,7 @@ from pydantic_core import PydanticCustomError
 
 from cells.redact import Redactor
 from cells.text import cut_visibly, dumps_sorted, utf8_len
-from cells.toolcall import ToolFailure, parse_tool_call, string_arg, tool_error, tool_result
+from cells.toolcall import ToolCallError, parse_tool_call, string_arg, tool_error, tool_result
 from cells.web.common import human_duration, lossy_utf8, lossy_utf8_prefix, read_capped
 from colony.cell import CellSpec, Emission
 from colony.envelope import Envelope, JsonObject
@@ -139,14 +139,14 @@ class WebSearchCell:
         started = time.perf_counter()
         try:
             call = parse_tool_call(body)
-        except ToolFailure as failure:
+        except ToolCallError as failure:
             return self._error(failure.code, failure.text, failure.call_id, started, {})
         call_id = call.id
         try:
             query = string_arg(call.args, "query")
             async with asyncio.timeout(self.params.external_timeout_ms / 1000):
                 return await self._search(query, started, call_id)
-        except ToolFailure as failure:
+        except ToolCallError as failure:
             return self._error(failure.code, failure.text, call_id, started, failure.header)
         except TimeoutError:
             text = f"web_search timed out after {human_duration(self.params.external_timeout_ms)}"
@@ -164,7 +164,7 @@ class WebSearchCell:
         except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
             # The endpoint's URL is not quoted: its query string may carry a key.
             detail = str(exc) or type(exc).__name__
-            raise ToolFailure("io_error", f"web_search request failed: {detail}") from None
+            raise ToolCallError("io_error", f"web_search request failed: {detail}") from None
         if not 200 <= status < 300:
             excerpt = lossy_utf8(data[: _ERROR_EXCERPT * 4]).strip()[:_ERROR_EXCERPT]
             text = f"web_search endpoint answered HTTP {status}"
@@ -173,7 +173,7 @@ class WebSearchCell:
                 text += f" {reason}"
             if excerpt:
                 text += f": {excerpt}"
-            raise ToolFailure("http_error", text, http_status=status)
+            raise ToolCallError("http_error", text, http_status=status)
         if complete:
             text = self.redactor.known(lossy_utf8(data))
             total = utf8_len(text)

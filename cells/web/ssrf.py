@@ -36,11 +36,11 @@ Resolver = Callable[[str, int], Awaitable[Sequence[IpAddress]]]
 """``(host, port) -> addresses``; raises :class:`OSError` when the name does not resolve."""
 
 
-class TargetBlocked(Exception):
+class TargetBlockedError(Exception):
     """The target resolves into a denied range (``target_blocked``)."""
 
 
-class Unresolvable(Exception):
+class UnresolvableHostError(Exception):
     """The host name did not resolve (``io_error``: a transport fact, not a policy)."""
 
 
@@ -222,23 +222,23 @@ async def screen(
 
     Deny-if-any, not deny-if-all: a name mixing a public and a private address is the shape a
     rebinding attacker hands out, and there is no honest reason to pick the public one.
-    Raises :class:`TargetBlocked` or :class:`Unresolvable`.
+    Raises :class:`TargetBlockedError` or :class:`UnresolvableHostError`.
     """
     literal = parse_ip_host(host)
     if literal is not None:
         reason = deny_reason(literal, allow_private_networks=allow_private_networks)
         if reason is not None:
             shown = host if host.strip("[]") == str(literal) else f"{host} ({literal})"
-            raise TargetBlocked(f"web_fetch refuses {shown}: {reason}")
+            raise TargetBlockedError(f"web_fetch refuses {shown}: {reason}")
         return [literal]
     try:
         addresses = list(await resolver(host, port))
     except (OSError, UnicodeError) as exc:
-        raise Unresolvable(f"dns lookup for {host!r} failed: {exc}") from None
+        raise UnresolvableHostError(f"dns lookup for {host!r} failed: {exc}") from None
     if not addresses:
-        raise Unresolvable(f"dns lookup for {host!r} returned no address")
+        raise UnresolvableHostError(f"dns lookup for {host!r} returned no address")
     for ip in addresses:
         reason = deny_reason(ip, allow_private_networks=allow_private_networks)
         if reason is not None:
-            raise TargetBlocked(f"web_fetch refuses {host!r}: it resolves to {ip} ({reason})")
+            raise TargetBlockedError(f"web_fetch refuses {host!r}: it resolves to {ip} ({reason})")
     return addresses

@@ -42,7 +42,7 @@ _Step = tuple[str | None, str, str | None, int]
 
 
 @dataclass(frozen=True, slots=True)
-class Edge:
+class CheckedEdge:
     """An edge as the check sees it: resolved ends and what its modifier does."""
 
     from_path: str
@@ -53,7 +53,7 @@ class Edge:
 
 
 @dataclass(frozen=True, slots=True)
-class Cell:
+class CheckedCell:
     """A cell as the check sees it."""
 
     path: str
@@ -71,7 +71,7 @@ def required(contract: Contract, compartment: str) -> list[str]:
 
 
 def check(
-    cells: Mapping[str, Cell], hives: Collection[str], edges: Sequence[Edge]
+    cells: Mapping[str, CheckedCell], hives: Collection[str], edges: Sequence[CheckedEdge]
 ) -> list[Diagnostic]:
     """Every required header no route can bring, one diagnostic per cell and key."""
     wanted = [
@@ -80,7 +80,7 @@ def check(
     if not wanted:
         return []
     active = active_cells(list(cells), hives, ((e.from_path, e.to_path) for e in edges))
-    graph = _Graph(cells, set(hives), edges)
+    graph = _HeaderGraph(cells, set(hives), edges)
     out: list[Diagnostic] = []
     for cell in wanted:
         if not active[cell.path]:
@@ -95,8 +95,10 @@ def check(
     return out
 
 
-class _Graph:
-    def __init__(self, cells: Mapping[str, Cell], hives: set[str], edges: Sequence[Edge]) -> None:
+class _HeaderGraph:
+    def __init__(
+        self, cells: Mapping[str, CheckedCell], hives: set[str], edges: Sequence[CheckedEdge]
+    ) -> None:
         self.cells = cells
         self.hives = hives
         self.edges = edges
@@ -233,7 +235,7 @@ class _Graph:
         return lacking or None
 
 
-def _context_diagnostic(cell: Cell, key: str, graph: _Graph) -> Diagnostic:
+def _context_diagnostic(cell: CheckedCell, key: str, graph: _HeaderGraph) -> Diagnostic:
     route = graph.route_without(cell.path, key)
     if len(route) > 1:
         how = f"a message entering at {route[0]} reaches it by {' → '.join(route)} without it"
@@ -261,7 +263,7 @@ def _context_diagnostic(cell: Cell, key: str, graph: _Graph) -> Diagnostic:
     )
 
 
-def _hop_diagnostic(cell: Cell, key: str, lacking: list[str]) -> Diagnostic:
+def _hop_diagnostic(cell: CheckedCell, key: str, lacking: list[str]) -> Diagnostic:
     if lacking:
         how = f"{', '.join(lacking)} can deliver a message without it"
     else:

@@ -404,11 +404,11 @@ class _TreeLoader:
     def check_headers(self) -> None:
         """Required context and hop keys no route brings (see :mod:`colony.config.headers`)."""
         cells = {
-            path: headers.Cell(path, node.file, node.config.contract)
+            path: headers.CheckedCell(path, node.file, node.config.contract)
             for path, node in self.cells.items()
         }
         edges = [
-            headers.Edge(
+            headers.CheckedEdge(
                 e.from_path,
                 e.to_path,
                 e.modifier,

@@ -24,6 +24,7 @@ from typing import Any
 
 from colony import jsonwire
 from colony.config.jsonpos import Path as JsonPath
+from colony.errors import ColonyError
 from colony.persist.escape import has_surrogate, storable_text
 
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
@@ -37,7 +38,7 @@ MAX_DEPTH = jsonwire.MAX_DEPTH
 meclaw parses is never refused for its depth)."""
 
 
-class ReadProblem(Exception):
+class ReadProblem(ColonyError):
     """Why a file cannot be used, in words for the person who wrote it."""
 
     def __init__(

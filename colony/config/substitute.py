@@ -24,10 +24,13 @@ from typing import Any
 
 from colony.config import reading
 from colony.config.jsonpos import Path as JsonPath
+from colony.errors import ColonyError
 
 
-class EnvFileError(Exception):
+class EnvFileError(ColonyError):
     """The ``.env`` file (or one of its lines) cannot be read."""
+
+    code = "env_file_invalid"
 
     def __init__(self, line: int | None, reason: str) -> None:
         self.line = line

@@ -8,9 +8,9 @@
 """
 
 from colony.load.driver import LOOP_TREE as LOOP_TREE
-from colony.load.driver import LoadResult as LoadResult
+from colony.load.driver import LoadReport as LoadReport
 from colony.load.driver import question as question
 from colony.load.driver import responder as responder
 from colony.load.driver import run_load as run_load
 
-__all__ = ["LOOP_TREE", "LoadResult", "question", "responder", "run_load"]
+__all__ = ["LOOP_TREE", "LoadReport", "question", "responder", "run_load"]

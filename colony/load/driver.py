@@ -11,7 +11,7 @@ text that names the conversation — however the requests of all of them interle
 
 A run never waits forever: it stops at ``timeout`` seconds, or sooner when the journal has not
 moved for ``stall`` seconds (no delivery made durable, none acknowledged: a deadlock), and the
-result then says so (:attr:`LoadResult.stopped`) beside the answers that did arrive.
+result then says so (:attr:`LoadReport.stopped`) beside the answers that did arrive.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from scripted import ScriptedOpenAI, ScriptItem, text_reply, tool_calls_reply
 __all__ = [
     "LOOP_TREE",
     "SAMPLE_SECONDS",
-    "LoadResult",
+    "LoadReport",
     "question",
     "responder",
     "run_load",
@@ -49,7 +49,7 @@ SAMPLE_SECONDS = 0.2
 
 
 @dataclass(frozen=True, slots=True)
-class LoadResult:
+class LoadReport:
     conversations: int
     seconds: float
     """From the first send to quiet (or to the moment the run was stopped)."""
@@ -141,10 +141,10 @@ def tally(
     tools: int,
     started: float,
     **figures: Any,
-) -> LoadResult:
+) -> LoadReport:
     """Check every answer and every stored thread (``rows``: rows per turn id; None when they
     could not be read); ``started`` is the wall time of the first send, ``figures`` the rest
-    of :class:`LoadResult`."""
+    of :class:`LoadReport`."""
     ids: dict[str, set[str]] = {}
     wrong: set[str] = set()
     for answer in log.answers:
@@ -154,7 +154,7 @@ def tally(
     copies = sum(len(ids.get(t, ())) for t in turns)
     expected_rows = 1 + rounds * (1 + tools)
     last = max((a.at for a in log.answers), default=None)
-    return LoadResult(
+    return LoadReport(
         conversations=len(turns),
         last_answer_seconds=None if last is None else last - started,
         answered=sum(1 for t in turns if len(ids.get(t, ())) == 1 and t not in wrong),
@@ -178,7 +178,7 @@ async def run_load(
     stall: float | None = None,
     colony: Mapping[str, Any] | None = None,
     tree: Path = LOOP_TREE,
-) -> LoadResult:
+) -> LoadReport:
     """Start every conversation at once, wait for quiet (at most ``timeout`` seconds, or until
     the journal stood still for ``stall``), and check every answer and row. ``colony`` holds
     ``colony.json`` overrides (``mailbox_default_capacity`` for the backpressure reproducer)."""

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from colony.load.answers import AnswerLog, write_answer_tree
-from colony.load.driver import SAMPLE_SECONDS, LoadResult, question, responder, tally
+from colony.load.driver import SAMPLE_SECONDS, LoadReport, question, responder, tally
 from colony.load.watch import JournalWatch, peak_rss_mb
 from colony.testing import ColonyHarness
 from scripted import ScriptedOpenAI
@@ -167,7 +167,7 @@ async def run_load_with_restart(
     loop: str = "asyncio",
     colony: Mapping[str, Any] | None = None,
     tree: Path | None = None,
-) -> LoadResult:
+) -> LoadReport:
     """Run ``conversations`` at once in a daemon process, kill it once ``kill_after`` of the
     run's model calls were made, start it again on the same folder, and check the whole run."""
     from colony.load.driver import LOOP_TREE

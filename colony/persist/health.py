@@ -9,6 +9,7 @@ import contextlib
 import sys
 from typing import Any
 
+from colony.observability import Logger
 from colony.persist.db import ColonyDb
 from colony.persist.writer import Event
 
@@ -23,7 +24,7 @@ def say(text: str) -> None:
         sys.stderr.flush()
 
 
-def reporter(log: Any) -> Event:
+def reporter(log: Logger) -> Event:
     """What the writer calls (on its own thread): the event is logged on the running loop."""
     loop = asyncio.get_running_loop()
 
@@ -34,7 +35,7 @@ def reporter(log: Any) -> Event:
     return report
 
 
-def _logged(log: Any, event: str, fields: dict[str, Any]) -> None:
+def _logged(log: Logger, event: str, fields: dict[str, Any]) -> None:
     if event == "colony_db_recovered":
         log.warning(event, **fields)
         say(f"colony.db takes writes again (after {fields.get('after_s')} s)")
@@ -44,7 +45,7 @@ def _logged(log: Any, event: str, fields: dict[str, Any]) -> None:
         say(f"colony.db cannot be written ({fields.get('error')}); ingress is refused")
 
 
-async def watch_file(db: ColonyDb, log: Any) -> None:
+async def watch_file(db: ColonyDb, log: Logger) -> None:
     """Notice ``colony.db`` deleted or replaced under the running daemon; say it once."""
     while True:
         await asyncio.sleep(CHECK_S)

@@ -11,7 +11,7 @@ import pytest
 from cells.cellfile import (
     BUSY_TIMEOUT_MS,
     ParamsOverlay,
-    QueryTimeout,
+    QueryTimeoutError,
     bounded,
     cell_db_path,
     connect,
@@ -96,14 +96,14 @@ def test_a_second_connection_waits_out_the_busy_timeout_then_reports_the_lock(
 def test_a_query_past_its_timeout_is_interrupted_as_query_timeout() -> None:
     conn, _ = open_cell_db(None)
     started = time.monotonic()
-    with pytest.raises(QueryTimeout, match="query_timeout_ms"), bounded(conn, 50):
+    with pytest.raises(QueryTimeoutError, match="query_timeout_ms"), bounded(conn, 50):
         conn.execute(RUNAWAY).fetchone()
     assert time.monotonic() - started < 5
 
 
 def test_the_bound_ends_with_its_block() -> None:
     conn, _ = open_cell_db(None)
-    with pytest.raises(QueryTimeout), bounded(conn, 20):
+    with pytest.raises(QueryTimeoutError), bounded(conn, 20):
         conn.execute(RUNAWAY).fetchone()
     time.sleep(0.05)  # past the old deadline: a handler left behind would interrupt now
     assert conn.execute(FINITE).fetchone() == (200000,)
@@ -121,7 +121,7 @@ def test_an_interrupted_write_rolls_its_transaction_back() -> None:
     conn.execute("CREATE TABLE t (x)")
     conn.execute("BEGIN")
     conn.execute("INSERT INTO t VALUES (1)")
-    with pytest.raises(QueryTimeout), bounded(conn, 20):
+    with pytest.raises(QueryTimeoutError), bounded(conn, 20):
         conn.execute(f"INSERT INTO t {RUNAWAY}")
     assert not conn.in_transaction
     assert conn.execute("SELECT count(*) FROM t").fetchone() == (0,)

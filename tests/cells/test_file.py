@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cells.file import FILE, FileCell, _Call, _perform, _Refused
+from cells.file import FILE, FileCell, _FileCall, _FileOpError, _perform
 from colony.cell import ParamProblem
 from colony.envelope import source_message
 from colony.testing import ColonyHarness, spec_for
@@ -323,8 +323,8 @@ def test_no_path_ever_reaches_outside_the_base(base: Path, parts: list[str], op:
     outside = base.parent / "outside"
     (outside / "only-outside").touch()  # a name no write can create inside the base
     try:
-        text, _ = _perform(os.path.realpath(base), _Call(op, relative, content="pwned"))
-    except _Refused:
+        text, _ = _perform(os.path.realpath(base), _FileCall(op, relative, content="pwned"))
+    except _FileOpError:
         text = ""
     assert SECRET not in text
     assert "only-outside" not in text

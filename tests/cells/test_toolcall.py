@@ -16,7 +16,7 @@ from cells.timer import TimerCell
 from cells.toolcall import (
     NO_ID,
     ToolCall,
-    ToolFailure,
+    ToolCallError,
     parse_tool_call,
     result_turn,
     string_arg,
@@ -38,8 +38,8 @@ def turn(text: Any, call_id: str | None = "c1") -> dict[str, Any]:
     return found
 
 
-def failure_of(body: Any) -> ToolFailure:
-    with pytest.raises(ToolFailure) as caught:
+def failure_of(body: Any) -> ToolCallError:
+    with pytest.raises(ToolCallError) as caught:
         parse_tool_call(body)
     return caught.value
 
@@ -127,7 +127,7 @@ def test_a_string_argument_must_be_present_a_string_and_not_empty() -> None:
         ({"url": ""}, "args.url is empty"),
     ]
     for args, text in cases:
-        with pytest.raises(ToolFailure) as caught:
+        with pytest.raises(ToolCallError) as caught:
             string_arg(args, "url")
         assert (caught.value.code, caught.value.text) == ("invalid_input", text)
 

@@ -14,7 +14,7 @@ from cells.llm.dialects.base import TranslateError
 from cells.llm.dialects.base import parse_call as llm_call
 from cells.store.ops import ArgsError
 from cells.store.ops import parse_call as store_call
-from cells.toolcall import ToolFailure, parse_tool_call
+from cells.toolcall import ToolCallError, parse_tool_call
 from colony.jsonwire import JsonRefused, loads
 
 NOT_STANDARD = [
@@ -47,7 +47,7 @@ def _tool_call(text: str) -> dict[str, Any]:
 
 
 READERS: list[tuple[str, Callable[[str], Any], type[Exception]]] = [
-    ("bash, file, timer and web", lambda text: parse_tool_call(_tool_call(text)), ToolFailure),
+    ("bash, file, timer and web", lambda text: parse_tool_call(_tool_call(text)), ToolCallError),
     ("store", lambda text: store_call(_tool_call(text)["messages"]), ArgsError),
     (
         "llm (a replayed tool call's arguments)",

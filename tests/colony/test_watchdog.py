@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from colony.observability import list_logger
 from colony.testing import ColonyHarness
 from colony.watchdog import WaitGraph, Watchdog, find_cycle
 from tests.conformance.cells import TEST_TYPES, user
@@ -52,19 +53,9 @@ def test_find_cycle_finds_a_real_cycle_exactly_when_there_is_one(
             assert there in edges[here]
 
 
-class Log:
-    def __init__(self) -> None:
-        self.records: list[tuple[str, str, dict[str, Any]]] = []
-
-    def error(self, event: str, **fields: Any) -> None:
-        self.records.append(("error", event, fields))
-
-    def info(self, event: str, **fields: Any) -> None:
-        self.records.append(("info", event, fields))
-
-
 def test_a_cycle_whose_mailboxes_still_move_is_load_not_a_deadlock() -> None:
-    graph, log, moved = WaitGraph(), Log(), [0]
+    graph, records, moved = WaitGraph(), list[dict[str, Any]](), [0]
+    log = list_logger(records)
     dog = Watchdog(graph, lambda path: moved[0], period_s=0.01, threshold=3, log=log)
     with graph.waiting("/a", "/b"), graph.waiting("/b", "/a"):
         state = None
@@ -72,12 +63,13 @@ def test_a_cycle_whose_mailboxes_still_move_is_load_not_a_deadlock() -> None:
             moved[0] += 1  # a message went through somewhere in the cycle
             state = dog.check(state)
     assert dog.trips == []
-    assert log.records == []
+    assert records == []
 
 
 def test_a_stuck_cycle_trips_once_and_is_said_cleared_when_it_goes() -> None:
-    graph, log = WaitGraph(), Log()
+    graph, records = WaitGraph(), list[dict[str, Any]]()
     fatal: list[str] = []
+    log = list_logger(records)
     dog = Watchdog(graph, lambda path: 0, period_s=0.01, threshold=3, log=log, on_trip=fatal.append)
     with graph.waiting("/b", "/a"), graph.waiting("/a", "/b"):
         state = None
@@ -85,11 +77,11 @@ def test_a_stuck_cycle_trips_once_and_is_said_cleared_when_it_goes() -> None:
             state = dog.check(state)
     state = dog.check(state)
     assert dog.trips == [["/a", "/b"]]
-    assert [(level, event) for level, event, _ in log.records] == [
+    assert [(r["level"], r["event"]) for r in records] == [
         ("error", "mailbox_wait_cycle"),
         ("info", "mailbox_wait_cycle_cleared"),
     ]
-    assert "/a -> /b -> /a" in log.records[0][2]["detail"]
+    assert "/a -> /b -> /a" in records[0]["detail"]
     assert len(fatal) == 1
 
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from cells.store.ops import KNOWN_ARGS, ArgsError, Plan, UnknownName, parse_call, plan
+from cells.store.ops import KNOWN_ARGS, ArgsError, Plan, UnknownNameError, parse_call, plan
 from colony.testing import ColonyHarness
 from tests.conftest import CONTRACT, TreeFactory, hive
 from tests.fuzz.strategies import json_values, keyed, mostly, outcome, scalars
@@ -92,12 +92,12 @@ DB = database()
 @settings(max_examples=500, deadline=None)
 @given(call=args)
 def test_any_store_operation_is_a_plan_or_a_typed_error(call: dict[str, Any]) -> None:
-    planned = outcome(lambda: plan(call, SCHEMA), ArgsError, UnknownName)
+    planned = outcome(lambda: plan(call, SCHEMA), ArgsError, UnknownNameError)
     if isinstance(planned, ArgsError):
         assert planned.text
         assert isinstance(planned.operation, str)
         return
-    if isinstance(planned, UnknownName):
+    if isinstance(planned, UnknownNameError):
         assert planned.code in ("unknown_table", "unknown_column")
         return
     assert isinstance(planned, Plan)
@@ -187,9 +187,9 @@ def test_a_malformed_call_is_invalid_input_before_any_name_is_looked_up(
     with the same sentence: the shape is checked before the table and columns are looked up."""
     if call.get("operation") == "create_table":
         return  # it names a new table: there is nothing to look up
-    known = outcome(lambda: plan({**call, "table": "notes"}, SCHEMA), ArgsError, UnknownName)
+    known = outcome(lambda: plan({**call, "table": "notes"}, SCHEMA), ArgsError, UnknownNameError)
     unknown = outcome(
-        lambda: plan({**call, "table": UNKNOWN_TABLE}, SCHEMA), ArgsError, UnknownName
+        lambda: plan({**call, "table": UNKNOWN_TABLE}, SCHEMA), ArgsError, UnknownNameError
     )
     if isinstance(known, ArgsError):
         assert isinstance(unknown, ArgsError), (call, unknown)

@@ -106,7 +106,7 @@ def call_id(response_id: str, n: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class _Call:
+class _SentCall:
     """A call as it went out: the name to answer with, the id to echo (None: no id) and its
     position among all the calls sent (results go back in call order)."""
 
@@ -140,7 +140,7 @@ class GeminiGenerate:
 
     def contents(self, turns: list[Any], native: NativeLookup) -> list[JsonObject]:
         out: list[JsonObject] = []
-        sent: dict[str, _Call] = {}
+        sent: dict[str, _SentCall] = {}
         order = itertools.count()
         texts: list[str] = []
         calls: list[tuple[str, str, Any]] = []
@@ -342,7 +342,7 @@ def _model_content(
     texts: list[str],
     calls: list[tuple[str, str, Any]],
     native: NativeLookup,
-    sent: dict[str, _Call],
+    sent: dict[str, _SentCall],
     order: Iterator[int],
 ) -> JsonObject | None:
     """One run of assistant turns as a ``model`` content; records how each call went out."""
@@ -352,7 +352,7 @@ def _model_content(
         if recorded is not None and len(recorded) == len(calls):
             for (ident, _, _), function in zip(calls, recorded, strict=True):
                 wire_id = function.get("id")
-                sent[ident] = _Call(
+                sent[ident] = _SentCall(
                     function["name"],
                     wire_id if isinstance(wire_id, str) and wire_id else None,
                     next(order),
@@ -364,7 +364,7 @@ def _model_content(
         if n == 0:
             part["thoughtSignature"] = SKIP_SIGNATURE
         parts.append(part)
-        sent[ident] = _Call(name, None, next(order))
+        sent[ident] = _SentCall(name, None, next(order))
     return {"role": "model", "parts": parts} if parts else None
 
 
@@ -383,7 +383,7 @@ def _recorded_calls(kept: Any) -> list[JsonObject] | None:
     return functions
 
 
-def _result(turn: JsonObject, index: int, sent: dict[str, _Call]) -> tuple[int, JsonObject]:
+def _result(turn: JsonObject, index: int, sent: dict[str, _SentCall]) -> tuple[int, JsonObject]:
     ident = str(turn.get("id", ""))
     call = sent.get(ident)
     if call is None:

@@ -7,7 +7,7 @@ Three stores behind :class:`TranscriptStore`: ``memory`` (one process), ``sqlite
 
 from cells.llm.transcript.base import (
     Record,
-    StoreUnavailable,
+    StoreUnavailableError,
     TranscriptStore,
     WriteOutcome,
 )
@@ -18,7 +18,7 @@ __all__ = [
     "MemoryStore",
     "Record",
     "SqliteStore",
-    "StoreUnavailable",
+    "StoreUnavailableError",
     "TranscriptStore",
     "WriteOutcome",
 ]

@@ -16,7 +16,7 @@ class WriteOutcome(StrEnum):
     """Expected an existing record and found none (expired or deleted): 404."""
 
 
-class StoreUnavailable(Exception):
+class StoreUnavailableError(Exception):
     """The store cannot be reached (503); the message names the store."""
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cells.llm.transcript.base import Record, StoreUnavailable, WriteOutcome
+from cells.llm.transcript.base import Record, StoreUnavailableError, WriteOutcome
 
 CAS = """
 local cur = redis.call('HGET', KEYS[1], 'turn')
@@ -41,7 +41,7 @@ class RedisStore:
             try:
                 import redis.asyncio as redis_asyncio
             except ImportError:  # pragma: no cover - the redis extra is not installed
-                raise StoreUnavailable(
+                raise StoreUnavailableError(
                     "LLM transcript store unreachable - redis: the redis package is missing; "
                     "install the 'redis' extra"
                 ) from None
@@ -54,7 +54,9 @@ class RedisStore:
         try:
             text = await self._client.hget(key(conversation), "record")
         except Exception as exc:  # redis raises its own hierarchy; all mean the same here
-            raise StoreUnavailable(f"LLM transcript store unreachable - redis: {exc}") from None
+            raise StoreUnavailableError(
+                f"LLM transcript store unreachable - redis: {exc}"
+            ) from None
         return Record.from_json(text) if text else None
 
     async def write(
@@ -70,7 +72,9 @@ class RedisStore:
         try:
             result = await self._cas(keys=[key(conversation)], args=args)
         except Exception as exc:
-            raise StoreUnavailable(f"LLM transcript store unreachable - redis: {exc}") from None
+            raise StoreUnavailableError(
+                f"LLM transcript store unreachable - redis: {exc}"
+            ) from None
         if int(result) == 1:
             return WriteOutcome.WRITTEN
         return WriteOutcome.GONE if int(result) == -1 else WriteOutcome.STALE

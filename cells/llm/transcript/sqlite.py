@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from cells.cellfile import connect
-from cells.llm.transcript.base import Record, StoreUnavailable, WriteOutcome
+from cells.llm.transcript.base import Record, StoreUnavailableError, WriteOutcome
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS transcript (conversation TEXT PRIMARY KEY, turn INTEGER NOT NULL,
@@ -27,7 +27,9 @@ class SqliteStore:
             self._conn = connect(path, synchronous="FULL")
             self._conn.execute(_DDL)
         except sqlite3.Error as exc:
-            raise StoreUnavailable(f"LLM transcript store unreachable - sqlite: {exc}") from None
+            raise StoreUnavailableError(
+                f"LLM transcript store unreachable - sqlite: {exc}"
+            ) from None
 
     async def read(self, conversation: str) -> Record | None:
         try:
@@ -36,7 +38,9 @@ class SqliteStore:
                 (conversation, time.time()),
             ).fetchone()
         except sqlite3.Error as exc:
-            raise StoreUnavailable(f"LLM transcript store unreachable - sqlite: {exc}") from None
+            raise StoreUnavailableError(
+                f"LLM transcript store unreachable - sqlite: {exc}"
+            ) from None
         return Record.from_json(row[0]) if row else None
 
     async def write(
@@ -69,7 +73,9 @@ class SqliteStore:
             finally:
                 conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            raise StoreUnavailable(f"LLM transcript store unreachable - sqlite: {exc}") from None
+            raise StoreUnavailableError(
+                f"LLM transcript store unreachable - sqlite: {exc}"
+            ) from None
 
     async def close(self) -> None:
         self._conn.close()

@@ -28,7 +28,7 @@ from cells.llm.transcript import (
     MemoryStore,
     Record,
     SqliteStore,
-    StoreUnavailable,
+    StoreUnavailableError,
     TranscriptStore,
     WriteOutcome,
 )
@@ -254,9 +254,9 @@ async def test_an_unreachable_store_raises_store_unavailable_naming_it(fallible:
     await fallible.store.write(CONV, 0, record(1), 60)
     await fallible.take_down()
     name = "sqlite" if fallible.kind == "sqlite" else "redis"
-    with pytest.raises(StoreUnavailable, match=f"LLM transcript store unreachable - {name}"):
+    with pytest.raises(StoreUnavailableError, match=f"LLM transcript store unreachable - {name}"):
         await fallible.store.read(CONV)
-    with pytest.raises(StoreUnavailable, match=f"LLM transcript store unreachable - {name}"):
+    with pytest.raises(StoreUnavailableError, match=f"LLM transcript store unreachable - {name}"):
         await fallible.store.write(CONV, 1, record(2), 60)
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from cells.web.fetch import WebFetchCell
 from cells.web.ssrf import (
-    TargetBlocked,
-    Unresolvable,
+    TargetBlockedError,
+    UnresolvableHostError,
     deny_reason,
     host_problem,
     parse_ip_host,
@@ -216,7 +216,7 @@ def test_a_malformed_host_name_is_refused(host: str) -> None:
 async def test_a_literal_is_screened_without_any_resolver() -> None:
     resolver = MapResolver({})
     with pytest.raises(
-        TargetBlocked, match=r"^web_fetch refuses 127\.1 \(127\.0\.0\.1\): loopback"
+        TargetBlockedError, match=r"^web_fetch refuses 127\.1 \(127\.0\.0\.1\): loopback"
     ):
         await screen("127.1", 80, allow_private_networks=False, resolver=resolver)
     assert await screen("127.1", 80, allow_private_networks=True, resolver=resolver) == [
@@ -228,7 +228,7 @@ async def test_a_literal_is_screened_without_any_resolver() -> None:
 async def test_one_denied_address_among_many_refuses_the_name() -> None:
     resolver = MapResolver({"mixed.test": ["127.0.0.1", "169.254.169.254"]})
     with pytest.raises(
-        TargetBlocked,
+        TargetBlockedError,
         match=r"^web_fetch refuses 'mixed\.test': it resolves to 169\.254\.169\.254 \(link-local",
     ):
         await screen("mixed.test", 80, allow_private_networks=True, resolver=resolver)
@@ -236,9 +236,9 @@ async def test_one_denied_address_among_many_refuses_the_name() -> None:
 
 async def test_a_name_that_does_not_resolve_is_unresolvable_not_blocked() -> None:
     resolver = MapResolver({"empty.test": []})
-    with pytest.raises(Unresolvable, match=r"^dns lookup for 'nowhere\.test' failed: "):
+    with pytest.raises(UnresolvableHostError, match=r"^dns lookup for 'nowhere\.test' failed: "):
         await screen("nowhere.test", 80, allow_private_networks=False, resolver=resolver)
-    with pytest.raises(Unresolvable, match=r"returned no address$"):
+    with pytest.raises(UnresolvableHostError, match=r"returned no address$"):
         await screen("empty.test", 80, allow_private_networks=False, resolver=resolver)
 
 
