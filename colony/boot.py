@@ -31,6 +31,7 @@ from colony.config.models import CellBlock, Contract
 from colony.edges import EdgeTable, compile_edge
 from colony.expressions import Engine, default_engine
 from colony.gc_pause import gc_paused
+from colony.observability import Logger
 from colony.persist.db import ColonyDb
 from colony.persist.records import read_registry
 
@@ -56,7 +57,7 @@ async def open_colony(
     tree: ColonyTree,
     cell_types: Mapping[str, CellType],
     *,
-    log: Any,
+    log: Logger,
     prepare: Prepare | None = None,
     release: Release | None = None,
     extra: Sequence[ExtraCell] = (),
@@ -115,7 +116,7 @@ def wire(
     cell_types: Mapping[str, CellType],
     *,
     db: ColonyDb,
-    log: Any,
+    log: Logger,
     extra: Sequence[ExtraCell] = (),
     engine: Engine | None = None,
     log_messages: bool = True,

@@ -20,7 +20,6 @@ import asyncio
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from colony import reads
 from colony.admission import Refusal, admit
@@ -33,6 +32,7 @@ from colony.ids import uuid7
 from colony.inflight import InFlightMessages
 from colony.journal import Ack, Journal
 from colony.mailbox import ByteGauge, MemoryMailbox
+from colony.observability import Logger
 from colony.outcome import Outcome
 from colony.persist import health
 from colony.persist.db import ColonyDb
@@ -54,7 +54,7 @@ class Colony:
         edges: EdgeTable,
         hives: frozenset[str],
         db: ColonyDb,
-        log: Any,
+        log: Logger,
         log_messages: bool = True,
     ) -> None:
         self.root = root

@@ -15,12 +15,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from colony.dead_letters import DeadLetterCode
 from colony.effects import Effects
 from colony.envelope import Envelope
 from colony.mailbox import Mailbox
+from colony.observability import Logger
 from colony.persist.db import ColonyDb, UnitRejected
 from colony.persist.escape import storable_text
 from colony.persist.items import Unit
@@ -116,7 +117,7 @@ class Journal:
             return "rejected"
         return "duplicate" if unit.duplicate else "applied"
 
-    async def redeliver(self, cells: Mapping[str, Recipient], log: Any) -> dict[str, int]:
+    async def redeliver(self, cells: Mapping[str, Recipient], log: Logger) -> dict[str, int]:
         """Attach what the journal holds to the mailboxes, before any cell runs; returns how
         many messages each cell gets back.
 
@@ -161,7 +162,9 @@ class Journal:
         )
         return per_cell
 
-    async def _dead_letter(self, snapshot: JournalSnapshot, cell: str, gone: bool, log: Any) -> int:
+    async def _dead_letter(
+        self, snapshot: JournalSnapshot, cell: str, gone: bool, log: Logger
+    ) -> int:
         """Dead-letter, a page at a time, what the journal holds for one cell."""
         code = DeadLetterCode.UNRESOLVED_PATH if gone else DeadLetterCode.CELL_INACTIVE
         after = done = 0

@@ -38,6 +38,7 @@ from colony.envelope import Envelope, JsonObject, split_content
 from colony.failures import error_code, error_text, error_traceback
 from colony.inflight import InFlightMessages
 from colony.mailbox import Mailbox
+from colony.observability import Logger
 from colony.outcome import Crashed, Outcome, Outputs, Refused, TimedOut
 from colony.routing import Emitter
 
@@ -126,7 +127,7 @@ class CellRunner:
         mailbox: Mailbox,
         *,
         config: ColonyConfig,
-        log: Any,
+        log: Logger,
         in_flight: InFlightMessages,
         cell_id: str,
         active: bool = True,
