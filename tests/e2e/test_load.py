@@ -1,7 +1,7 @@
 """Load: many conversations at once through the store-backed tool loop, nothing lost or doubled.
 
 Sized for ``make test`` (50 conversations, two tools per round, three rounds: ~200 model calls
-and ~4,400 routing decisions). ``make soak`` runs 1,000 through ``bench/load.py``.
+and ~4,400 routing decisions). ``make soak`` runs 1,000 and 10,000 through ``bench/load.py``.
 """
 
 from __future__ import annotations
