@@ -42,7 +42,7 @@ from colony.persist.records import RegistryRow
 from colony.post import Post
 from colony.routing import READ_REPLY_SENDER, RoutingTable, route, route_outcome
 from colony.runner import CellRunner, Spawn
-from colony.watchdog import WaitGraph, Watchdog
+from colony.watchdog import WaitGraph, Watchdog, mailbox_probes
 
 
 class Colony:
@@ -165,11 +165,12 @@ class Colony:
             runner.start(spawn)
         self.watchdog = Watchdog(
             self.waits,
-            self._mailbox_progress,
+            *mailbox_probes(self.runners),
             period_s=self.config.watchdog_period_ms / 1000,
             threshold=self.config.watchdog_threshold,
             log=self.log,
             on_trip=self._trip if self.config.watchdog_on_trip == "exit" else None,
+            stall_s=self.config.watchdog_stall_ms / 1000,
         )
         self._tasks = [
             spawn(health.watch_file(self.db, self.log), "colony.db watch"),
@@ -213,13 +214,6 @@ class Colony:
                 "boot",
             )
         self.log.info("colony_stopped", decisions=self.decisions, dead_letters=self.dead_lettered)
-
-    def _mailbox_progress(self, path: str) -> tuple[int, int]:
-        runner = self.runners.get(path)
-        if runner is None:
-            return (0, 0)
-        stats = runner.mailbox.statistics()
-        return (stats.delivered, stats.queued)
 
     def _trip(self, detail: str) -> None:
         if self.on_fatal is not None:
