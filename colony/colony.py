@@ -4,7 +4,7 @@ One hand-off goes one way: :mod:`colony.routing` turns a message (an ingress, or
 handling ended) into :class:`colony.effects.Effects`; :meth:`Colony._apply` answers the
 ``/colony/*`` reads among them, has :class:`colony.journal.Journal` commit the whole record
 with the handled message's removal from the journal, and only then carries it out: mailbox
-puts (waiting while a mailbox is full: backpressure), egress, log lines and counters. A runner
+puts (:mod:`colony.post`: a full mailbox overflows), egress, log lines and counters. A runner
 never calls into the colony while it handles a message; it reports an outcome to
 :meth:`Colony.settle`.
 
@@ -26,7 +26,7 @@ from colony.admission import Refusal, admit
 from colony.cell import CellSpec, CellType
 from colony.config.models import ColonyConfig
 from colony.edges import EdgeTable
-from colony.effects import Delivery, Effects
+from colony.effects import Effects
 from colony.envelope import Envelope
 from colony.ids import uuid7
 from colony.inflight import InFlightMessages
@@ -34,13 +34,15 @@ from colony.journal import Ack, Journal
 from colony.mailbox import ByteGauge, MemoryMailbox
 from colony.observability import Logger
 from colony.outcome import Outcome
+from colony.overflow import JournalOverflow, MemoryOverflow
 from colony.persist import health
 from colony.persist.db import ColonyDb
 from colony.persist.escape import storable_text
 from colony.persist.records import RegistryRow
+from colony.post import Post
 from colony.routing import READ_REPLY_SENDER, RoutingTable, route, route_outcome
 from colony.runner import CellRunner, Spawn
-from colony.watchdog import WaitGraph, Watchdog
+from colony.watchdog import WaitGraph, Watchdog, mailbox_probes
 
 
 class Colony:
@@ -82,8 +84,13 @@ class Colony:
         """Deliveries waiting for room in a full mailbox, for the watchdog."""
         self.redelivered = 0
         """Messages taken back from the journal at boot."""
+        overflow = "journal" if self.journal.durable else "overflow in memory"
+        self.post = Post(self.runners, self.in_flight, self.waits, log, overflow_name=overflow)
+        self.deliver = self.post.deliver
         self.queued = ByteGauge()
-        """Bytes held by (or waiting to enter) every mailbox: what admission bounds."""
+        """Bytes held by (or waiting to enter) every mailbox, in memory."""
+        self.spilled = ByteGauge()
+        """Bytes of the messages that overflowed into the journal (kept on disk by id)."""
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -122,9 +129,13 @@ class Colony:
         cell that failed in an earlier run stays failed)."""
         row = registry.get(storable_text(spec.path))  # as the registry stores the path
         capacity = spec.cell.mailbox_size or self.config.mailbox_default_capacity
-        mailbox = MemoryMailbox(
-            capacity, max_bytes=self.config.mailbox_max_bytes or None, gauge=self.queued
+        overflow = (
+            JournalOverflow(self.db.path, spec.path, self.spilled)
+            if self.journal.durable
+            else MemoryOverflow(self.queued)
         )
+        limit = self.config.mailbox_max_bytes or None
+        mailbox = MemoryMailbox(capacity, max_bytes=limit, gauge=self.queued, overflow=overflow)
         runner = CellRunner(
             self,
             spec,
@@ -154,11 +165,12 @@ class Colony:
             runner.start(spawn)
         self.watchdog = Watchdog(
             self.waits,
-            self._mailbox_progress,
+            *mailbox_probes(self.runners),
             period_s=self.config.watchdog_period_ms / 1000,
             threshold=self.config.watchdog_threshold,
             log=self.log,
             on_trip=self._trip if self.config.watchdog_on_trip == "exit" else None,
+            stall_s=self.config.watchdog_stall_ms / 1000,
         )
         self._tasks = [
             spawn(health.watch_file(self.db, self.log), "colony.db watch"),
@@ -203,13 +215,6 @@ class Colony:
             )
         self.log.info("colony_stopped", decisions=self.decisions, dead_letters=self.dead_lettered)
 
-    def _mailbox_progress(self, path: str) -> tuple[int, int]:
-        runner = self.runners.get(path)
-        if runner is None:
-            return (0, 0)
-        stats = runner.mailbox.statistics()
-        return (stats.delivered, stats.queued)
-
     def _trip(self, detail: str) -> None:
         if self.on_fatal is not None:
             self.on_fatal(detail)
@@ -223,10 +228,11 @@ class Colony:
     def admission(self, nbytes: int = 0) -> Refusal | None:
         """None when an ingress of about ``nbytes`` may be accepted now; otherwise why not:
         503 ``storage_unavailable`` while ``colony.db`` cannot be written (disk full, I/O
-        error, the file deleted), 429 ``overloaded`` while the mailboxes hold more than
-        ``colony.json`` ``queued_max_bytes`` (see :mod:`colony.admission`). Costs a few
-        attribute reads: ask it for every ingress."""
-        return admit(self.db.unavailable(), self.queued.value, self.config.queued_max_bytes, nbytes)
+        error, the file deleted), 429 ``overloaded`` while the mailboxes and their overflows
+        hold more than ``colony.json`` ``queued_max_bytes`` (see :mod:`colony.admission`).
+        Costs a few attribute reads: ask it for every ingress."""
+        queued = self.queued.value + self.spilled.value
+        return admit(self.db.unavailable(), queued, self.config.queued_max_bytes, nbytes)
 
     async def send(self, message: Envelope, sender: str = "/", *, key: str | None = None) -> bool:
         """Route a message born outside the colony (HTTP, stdio, a test). Returns once the
@@ -240,7 +246,9 @@ class Colony:
         self.in_flight.add()
         try:
             fx = route(self.table, sender, message)
-            return await self._apply(fx, key=key, message=message, fail_fast=True)
+            return await self._apply(
+                fx, key=key, message=message, fail_fast=True, wait=not self.at_least_once
+            )
         finally:
             self.in_flight.done()
 
@@ -248,7 +256,8 @@ class Colony:
         """Route one message as if ``sender`` had sent it, and carry it out."""
         self.in_flight.add()
         try:
-            await self._apply(route(self.table, sender, message), message=message)
+            fx = route(self.table, sender, message)
+            await self._apply(fx, message=message, wait=not self.at_least_once)
         finally:
             self.in_flight.done()
 
@@ -279,7 +288,10 @@ class Colony:
             )
             fx = Effects()
         ack = None if message is None else Ack(message.id, runner.path)
-        await self._apply(fx, ack=ack, key=key, message=message)
+        # A cell's own emissions (no handled message) may wait for room, as an ingress does:
+        # the cell's I/O loop waits, never its handler, so no cycle can close on it.
+        wait = ack is None and not self.at_least_once
+        await self._apply(fx, ack=ack, key=key, message=message, wait=wait)
 
     def status_changed(self, runner: CellRunner) -> None:
         """Record the runner's status (active, inactive or failed) in the registry."""
@@ -297,9 +309,11 @@ class Colony:
         key: str | None = None,
         message: Envelope | None = None,
         fail_fast: bool = False,
+        wait: bool = False,
     ) -> bool:
-        """Answer the reads, commit, then deliver, egress, log and count; False when the
-        hand-off was dropped (its ``key`` taken in before, or it could not be stored)."""
+        """Answer the reads, commit, then deliver (``wait``: for room, else overflowing),
+        egress, log and count; False when the hand-off was dropped (its ``key`` taken in
+        before, or it could not be stored)."""
         while fx.reads:  # reading is I/O, so routing left it here; the reply joins this unit
             asked, fx.reads = fx.reads, []
             for read in asked:
@@ -313,7 +327,7 @@ class Colony:
         if result != "applied":
             return False
         for delivery in fx.deliveries:
-            await self.deliver(delivery)
+            await self.post.deliver(delivery, wait=wait)
         if fx.egress:
             assert self._egress is not None  # routing egresses only when it is set
             for leaving in fx.egress:
@@ -324,27 +338,3 @@ class Colony:
         for note in fx.notes:
             getattr(log, note.level)(note.event, **note.fields)
         return True
-
-    async def deliver(self, delivery: Delivery) -> None:
-        """Put a message into its cell's mailbox, waiting while it is full (backpressure,
-        never a drop)."""
-        runner = self.runners[delivery.cell]
-        mailbox = runner.mailbox
-        self.in_flight.add()
-        if not mailbox.full():
-            await mailbox.put(delivery.message)
-            return
-        message = delivery.message
-        self.log.warning(
-            "mailbox_full",
-            target=runner.path,
-            sender=delivery.sender,
-            trace_id=message.trace_id,
-            message_id=message.id,
-            mailbox_capacity=mailbox.capacity,
-            reason="mailbox_full",
-            detail="the target mailbox is full; this delivery waits until the cell takes "
-            "a message (raise cell.mailbox_size or colony.json mailbox_default_capacity)",
-        )
-        with self.waits.waiting(delivery.sender, runner.path):  # the watchdog sees who waits
-            await mailbox.put(message)

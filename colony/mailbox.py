@@ -6,10 +6,14 @@ cells or the router (decisions.md #14).
 
 A mailbox is full when it holds ``capacity`` messages or, holding at least one, ``max_bytes``
 bytes of them (measured as the JSON they would be, :func:`message_bytes`): a count alone let
-112 messages of 8 MB exhaust a 1 GB machine. A full mailbox makes its senders wait in arrival
-order (backpressure, never a drop). Every mailbox of a colony adds what it holds, and what
-waits to enter it, to one :class:`ByteGauge`, which ingress admission compares with the
-colony's bound.
+112 messages of 8 MB exhaust a 1 GB machine. What a cell's handling delivers never waits for
+room (:meth:`MemoryMailbox.push`): past the bound it goes to the mailbox's :class:`Overflow`
+(see :mod:`colony.overflow`: journal ids under at-least-once delivery), in order, and comes
+back as the cell takes messages, so no cycle of cells can deadlock on full mailboxes. A
+sender from outside the colony may instead wait for room (:meth:`MemoryMailbox.put`, at-most-
+once delivery's backpressure on ingress), in arrival order. Every mailbox of a colony adds what
+it holds, and what waits to enter it, to one :class:`ByteGauge`, which ingress admission
+compares with the colony's bound.
 
 At boot, what the journal held for the cell is attached as a :class:`Backlog`: it is read a
 page at a time, as room frees, and always delivered before anything put later, so a journal
@@ -143,8 +147,21 @@ class Backlog(Protocol):
         ...
 
 
+class Overflow(Protocol):
+    """What a full mailbox keeps aside, in order (:mod:`colony.overflow`)."""
+
+    def __len__(self) -> int: ...
+
+    def add(self, message: Envelope) -> None: ...
+
+    async def take(self, count: int, max_bytes: int | None) -> list[tuple[Envelope, int]]:
+        """The oldest messages, as :meth:`Backlog.take` gives them."""
+        ...
+
+
 class Mailbox(Protocol):
-    """What a cell receives through. ``put`` blocks while the mailbox is full."""
+    """What a cell receives through. ``put`` waits while the mailbox is full; ``push`` never
+    waits (what does not fit goes to the overflow)."""
 
     @property
     def capacity(self) -> int: ...
@@ -152,6 +169,15 @@ class Mailbox(Protocol):
     def full(self) -> bool: ...
 
     async def put(self, message: Envelope) -> None: ...
+
+    def push(self, message: Envelope) -> bool:
+        """Queue ``message`` without waiting; True when it went to the overflow."""
+        ...
+
+    @property
+    def overflowing(self) -> int:
+        """Messages in the overflow."""
+        ...
 
     async def get(self) -> Envelope: ...
 
@@ -170,7 +196,8 @@ class Mailbox(Protocol):
 
 class MemoryMailbox:
     """In-process mailbox. Alone it is at-most-once, lost with the process (as in meclaw);
-    under at-least-once delivery the colony journals what enters it (see ``Colony.unit``)."""
+    under at-least-once delivery the colony journals what enters it before it enters (see
+    :mod:`colony.journal`), and its overflow keeps only journal ids."""
 
     __slots__ = (
         "_backlog",
@@ -179,6 +206,7 @@ class MemoryMailbox:
         "_delivered",
         "_gauge",
         "_max_bytes",
+        "_overflow",
         "_peak",
         "_queue",
         "_refill",
@@ -188,13 +216,20 @@ class MemoryMailbox:
     )
 
     def __init__(
-        self, capacity: int, *, max_bytes: int | None = None, gauge: ByteGauge | None = None
+        self,
+        capacity: int,
+        *,
+        max_bytes: int | None = None,
+        gauge: ByteGauge | None = None,
+        overflow: Overflow | None = None,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"mailbox capacity must be >= 1, got {capacity}")
         self._capacity = capacity
         self._max_bytes = max_bytes
         self._gauge = gauge if gauge is not None else ByteGauge()
+        self._overflow = overflow
+        """Where :meth:`push` puts what does not fit; delivered after everything in memory."""
         self._queue: asyncio.Queue[tuple[Envelope, int]] = asyncio.Queue()
         """What was put, in order; its bound is kept here, not by the queue."""
         self._bytes = 0
@@ -224,16 +259,45 @@ class MemoryMailbox:
         return held == 0 or limit is None or self._bytes + size <= limit
 
     def full(self) -> bool:
-        return not self._has_room(0)
+        """No room in memory, or an overflow still to deliver first."""
+        overflow = self._overflow
+        return not self._has_room(0) or (overflow is not None and len(overflow) > 0)
+
+    @property
+    def overflowing(self) -> int:
+        """Messages in the overflow."""
+        return 0 if self._overflow is None else len(self._overflow)
+
+    def push(self, message: Envelope) -> bool:
+        overflow = self._overflow
+        if overflow is None:
+            raise RuntimeError("push() needs a mailbox made with an overflow")
+        if len(overflow):  # keep the order: after what overflowed already
+            overflow.add(message)
+            self._delivered += 1
+            return True
+        size = message_bytes(message)
+        if not self._has_room(size):
+            overflow.add(message)
+            self._delivered += 1
+            return True
+        self._gauge.value += size
+        self._queue.put_nowait((message, size))
+        self._bytes += size
+        self._delivered += 1
+        held = self._held()
+        if held > self._peak:
+            self._peak = held
+        return False
 
     async def put(self, message: Envelope) -> None:
         size = message_bytes(message)
         gauge = self._gauge
         gauge.value += size  # a waiting sender holds its message in memory too
-        if self._turn.locked() or not self._has_room(size):
+        if self._turn.locked() or not self._has_room(size) or self.overflowing:
             try:
                 async with self._turn:
-                    while not self._has_room(size):
+                    while not self._has_room(size) or self.overflowing:
                         self._room.clear()
                         await self._room.wait()
             except BaseException:
@@ -256,6 +320,8 @@ class MemoryMailbox:
         while not self._backlog and self._source is not None:
             if not await self._read_backlog():
                 break
+        while not self._backlog and self._queue.empty() and self.overflowing:
+            await self._read_overflow()
         if self._backlog:
             message, size = self._backlog.popleft()
         else:
@@ -272,7 +338,7 @@ class MemoryMailbox:
             try:
                 message, size = self._queue.get_nowait()
             except asyncio.QueueEmpty:
-                return None
+                return None  # (an overflow to read first is get()'s too)
         self._taken(size)
         return message
 
@@ -302,13 +368,30 @@ class MemoryMailbox:
                 self._source = None
             return True
 
+    async def _read_overflow(self) -> None:
+        """Bring the overflow's oldest messages into memory, as many as there is room for."""
+        overflow = self._overflow
+        assert overflow is not None
+        async with self._refill:
+            if self._backlog or not self._queue.empty():
+                return
+            room = max(1, self._capacity - self._held())
+            budget = None if self._max_bytes is None else max(0, self._max_bytes - self._bytes)
+            page = await overflow.take(room, budget)
+            for _, size in page:
+                self._bytes += size
+                self._gauge.value += size
+            self._backlog.extend(page)
+            if self._turn.locked() and not len(overflow):
+                self._room.set()  # a waiting put may go once the overflow is gone
+
     def attach(self, backlog: Backlog) -> None:
         if backlog.remaining > 0:
             self._source = backlog
 
     def qsize(self) -> int:
         source = self._source
-        return self._held() + (source.remaining if source is not None else 0)
+        return self._held() + (source.remaining if source is not None else 0) + self.overflowing
 
     def statistics(self) -> MailboxStatistics:
         return MailboxStatistics(

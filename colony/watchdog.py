@@ -1,15 +1,19 @@
-"""The backpressure watchdog: a wait-cycle among full mailboxes is reported by name.
+"""The watchdog: a cell that stops draining its mailbox, and a wait-cycle, reported by name.
 
-A delivery into a full mailbox waits (backpressure, never a drop). That is safe until the
-waits form a cycle — ``/a`` waits for room in ``/b``'s mailbox while ``/b`` waits for room in
-``/a``'s — and nothing in the cycle can take a message any more: the colony would hang with
-no log line at all. Every ``watchdog_period_ms`` the watchdog looks at who is waiting on whom;
-a cycle that stays for ``watchdog_threshold`` periods *without any of its mailboxes moving*
-is a deadlock, reported once as an ERROR naming every cell and mailbox in it, and, under
-``watchdog_on_trip: "exit"``, handed to the daemon to stop with a non-zero exit.
+A cell's deliveries never wait for room (a full mailbox overflows, :mod:`colony.post`), so
+cells cannot deadlock on each other's mailboxes. What can still stand still is a cell itself:
+a handler that never returns (its backstop off) while messages pile up for it. Every
+``watchdog_stall_ms`` at most, the watchdog looks at every mailbox holding messages; one whose
+cell took none in that long is reported once (``mailbox_stalled``, an ERROR naming the cell
+and how many wait) and said cleared once it moves. A stall is logged, never fatal: a slow
+provider looks the same for a while.
 
-A cycle whose mailboxes still move (a stateless cell with a free worker, say) is just load and
-is never reported.
+Senders from outside the colony may still wait for room (an ingress under at-most-once
+delivery). The watchdog keeps looking at who waits on whom every ``watchdog_period_ms``: a
+cycle of waits that stays for ``watchdog_threshold`` periods *without any of its mailboxes
+moving* is a deadlock, reported as an ERROR naming every cell in it, and, under
+``watchdog_on_trip: "exit"``, handed to the daemon to stop with a non-zero exit. No such
+cycle can form among cells any more; the check stays as the last line of defence.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ import asyncio
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
+from colony.mailbox import Mailbox
 from colony.observability import Logger
 
 __all__ = ["WaitGraph", "Watchdog", "find_cycle"]
@@ -85,13 +90,22 @@ class Watchdog:
         self,
         graph: WaitGraph,
         progress: Callable[[str], Any],
+        busy: Callable[[], Mapping[str, tuple[int, int]]] | None = None,
         *,
         period_s: float,
         threshold: int,
         log: Logger,
         on_trip: Callable[[str], None] | None = None,
+        stall_s: float = 0,
     ) -> None:
         self.graph = graph
+        self.busy = busy
+        """The mailboxes holding messages: path -> (messages taken so far, messages waiting)."""
+        self.stall_s = stall_s
+        """How long a cell may take nothing from a non-empty mailbox (0: never reported)."""
+        self.stalled: dict[str, tuple[int, float]] = {}
+        """Cells seen waiting with nothing taken: path -> (taken, since when, monotonic)."""
+        self.reported: set[str] = set()
         self.progress = progress
         """A path's mailbox state (anything comparable): unchanged means nothing moved."""
         self.period_s = period_s
@@ -133,8 +147,70 @@ class Watchdog:
         if self.on_trip is not None:
             self.on_trip(detail)
 
+    def check_stalls(self, now: float) -> None:
+        """Report each cell that took nothing from a non-empty mailbox for ``stall_s``, once;
+        say it cleared once it takes a message or its mailbox empties."""
+        if self.busy is None or not self.stall_s:
+            return
+        busy = self.busy()
+        seen: dict[str, tuple[int, float]] = {}
+        for path, (taken, waiting) in busy.items():
+            before = self.stalled.get(path)
+            since = before[1] if before is not None and before[0] == taken else now
+            seen[path] = (taken, since)
+            if now - since >= self.stall_s and path not in self.reported:
+                self.reported.add(path)
+                self.log.error(
+                    "mailbox_stalled",
+                    cell=path,
+                    waiting=waiting,
+                    stalled_ms=round((now - since) * 1000),
+                    detail=f"{path} has {waiting} message(s) waiting and took none in "
+                    f"{round(now - since)} s: its handler may be stuck (a backstop turned "
+                    "off?) or far slower than what is sent to it",
+                )
+        for path in [p for p in self.reported if seen.get(p, (0, now))[1] == now]:
+            self.reported.discard(path)
+            self.log.info("mailbox_stall_cleared", cell=path)
+        self.stalled = seen
+
     async def run(self) -> None:
         state = None
+        loop = asyncio.get_running_loop()
+        every = max(self.period_s, self.stall_s / 4)
+        next_scan = loop.time() + every
         while True:
             await asyncio.sleep(self.period_s)
             state = self.check(state)
+            now = loop.time()
+            if now >= next_scan:
+                self.check_stalls(now)
+                next_scan = now + every
+
+
+class _HasMailbox(Protocol):
+    @property
+    def mailbox(self) -> Mailbox: ...
+
+
+def mailbox_probes(
+    cells: Mapping[str, _HasMailbox],
+) -> tuple[Callable[[str], tuple[int, int]], Callable[[], dict[str, tuple[int, int]]]]:
+    """What the watchdog reads of ``cells``' mailboxes: one path's ``(delivered, queued)``,
+    and every non-empty mailbox's ``(taken, waiting)``."""
+
+    def progress(path: str) -> tuple[int, int]:
+        cell = cells.get(path)
+        if cell is None:
+            return (0, 0)
+        stats = cell.mailbox.statistics()
+        return (stats.delivered, stats.queued)
+
+    def busy() -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        for path, cell in cells.items():
+            if waiting := cell.mailbox.qsize():
+                out[path] = (cell.mailbox.statistics().delivered - waiting, waiting)
+        return out
+
+    return progress, busy

@@ -86,6 +86,9 @@ class ColonyConfig(BaseModel):
     """Length of one supervisor period."""
     watchdog_on_trip: Literal["exit", "log-only"] = "exit"
     """What a tripped watchdog does."""
+    watchdog_stall_ms: U64 = 120_000
+    """A cell that takes nothing from a non-empty mailbox this long is reported (0: never);
+    twice the default message backstop, so one slow message alone is no stall."""
     delivery: Literal["at_least_once", "at_most_once"] = "at_least_once"
     """``at_least_once``: every mailbox is journalled in ``colony.db`` and what was in flight
     at a crash is redelivered at boot; ``at_most_once``: mailboxes live in memory only, as in

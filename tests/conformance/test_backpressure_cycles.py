@@ -17,8 +17,6 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-import pytest
-
 from colony.load import run_load
 from colony.load.driver import until_quiet
 from colony.load.watch import JournalWatch
@@ -31,7 +29,6 @@ STALL = 5.0
 """Seconds without a journal change that mean the colony stands still."""
 DEADLINE = 30.0
 
-DEADLOCK = pytest.mark.xfail(strict=True, reason="issue 22: blocking sends deadlock a full cycle")
 
 ROUNDS = 5
 
@@ -54,7 +51,6 @@ def two_cell_cycle() -> dict[str, Any]:
     }
 
 
-@DEADLOCK
 async def test_a_tool_loop_fuller_than_its_mailboxes_answers_every_conversation_once() -> None:
     # six conversations in flight against mailboxes of two
     result = await run_load(6, rounds=3, tools=2, timeout=DEADLINE, stall=STALL, colony=CAPACITY)
@@ -65,7 +61,6 @@ async def test_a_tool_loop_fuller_than_its_mailboxes_answers_every_conversation_
     assert result.model_calls == 6 * 4  # three tool rounds and the answer, once each
 
 
-@DEADLOCK
 async def test_a_two_cell_cycle_fuller_than_its_mailboxes_brings_every_conversation_to_the_sink(
     make_tree: TreeFactory,
 ) -> None:
