@@ -20,7 +20,7 @@ from typing import Literal, Protocol
 from colony.dead_letters import DeadLetterCode
 from colony.effects import Effects
 from colony.envelope import Envelope
-from colony.mailbox import Mailbox
+from colony.mailbox import HasMailbox
 from colony.observability import Logger
 from colony.persist.db import ColonyDb, UnitRejected
 from colony.persist.escape import storable_text
@@ -38,14 +38,11 @@ _SAMPLE = 20
 """Redelivered messages named one by one in the boot log line."""
 
 
-class Recipient(Protocol):
+class Recipient(HasMailbox, Protocol):
     """A cell as redelivery sees it."""
 
     @property
     def active(self) -> bool: ...
-
-    @property
-    def mailbox(self) -> Mailbox: ...
 
 
 @dataclass(frozen=True, slots=True)

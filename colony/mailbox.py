@@ -194,6 +194,14 @@ class Mailbox(Protocol):
     def statistics(self) -> MailboxStatistics: ...
 
 
+class HasMailbox(Protocol):
+    """Anything that receives through a mailbox (a cell's runner, as the colony's parts see
+    it)."""
+
+    @property
+    def mailbox(self) -> Mailbox: ...
+
+
 class MemoryMailbox:
     """In-process mailbox. Alone it is at-most-once, lost with the process (as in meclaw);
     under at-least-once delivery the colony journals what enters it before it enters (see

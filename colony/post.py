@@ -11,18 +11,12 @@ wait graph records those waits for the watchdog.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
 
 from colony.effects import Delivery
 from colony.inflight import InFlightMessages
-from colony.mailbox import Mailbox
+from colony.mailbox import HasMailbox, Mailbox
 from colony.observability import Logger
 from colony.watchdog import WaitGraph
-
-
-class Recipient(Protocol):
-    @property
-    def mailbox(self) -> Mailbox: ...
 
 
 class Post:
@@ -30,7 +24,7 @@ class Post:
 
     def __init__(
         self,
-        cells: Mapping[str, Recipient],
+        cells: Mapping[str, HasMailbox],
         in_flight: InFlightMessages,
         waits: WaitGraph,
         log: Logger,

@@ -22,9 +22,9 @@ import asyncio
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any
 
-from colony.mailbox import Mailbox
+from colony.mailbox import HasMailbox
 from colony.observability import Logger
 
 __all__ = ["WaitGraph", "Watchdog", "find_cycle"]
@@ -188,13 +188,8 @@ class Watchdog:
                 next_scan = now + every
 
 
-class _HasMailbox(Protocol):
-    @property
-    def mailbox(self) -> Mailbox: ...
-
-
 def mailbox_probes(
-    cells: Mapping[str, _HasMailbox],
+    cells: Mapping[str, HasMailbox],
 ) -> tuple[Callable[[str], tuple[int, int]], Callable[[], dict[str, tuple[int, int]]]]:
     """What the watchdog reads of ``cells``' mailboxes: one path's ``(delivered, queued)``,
     and every non-empty mailbox's ``(taken, waiting)``."""
