@@ -9,6 +9,23 @@ from typing import Any
 
 import pytest
 
+# Tests that share something outside their own temporary folder run on one xdist worker, one
+# after another: the live Redis database they flush, and the fixed port 7799 the docs name.
+_SHARED = {
+    "tests/cells/llm/test_loop_concurrency.py": "redis",
+    "tests/cells/llm/test_loop_vectors.py": "redis",
+    "tests/cells/llm/test_transcript_stores.py": "redis",
+    "tests/e2e/test_documented_commands.py": "documented-commands",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        group = _SHARED.get(item.nodeid.split("::", 1)[0])
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
 
