@@ -44,6 +44,8 @@ __all__ = [
 
 LOOP_TREE = Path(__file__).resolve().parents[2] / "fixtures" / "trees" / "ttl-budget"
 
+_WATCHDOG_EVENTS = frozenset({"mailbox_stalled", "mailbox_wait_cycle"})
+
 SAMPLE_SECONDS = 0.2
 """How often a run looks at the journal (its depth is a sampled peak, not an exact one)."""
 
@@ -78,6 +80,9 @@ class LoadReport:
     """Messages the journal redelivered at a restart (None: no restart ran)."""
     redelivered_answers: int = 0
     """Answers the sink got again under the same message id (at-least-once across a kill)."""
+    watchdog_reports: int = 0
+    """``mailbox_stalled`` and ``mailbox_wait_cycle`` lines the colony logged (a healthy run
+    has none: no cell stops draining, no sender waits in a cycle)."""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -101,6 +106,8 @@ class LoadReport:
                 out.append(f"{label}: {len(turns)}, e.g. {', '.join(turns[:5])}")
         if self.dead_letters:
             out.append(f"dead letters: {self.dead_letters}")
+        if self.watchdog_reports:
+            out.append(f"watchdog reports (stalls or wait cycles): {self.watchdog_reports}")
         return out
 
     def summary(self) -> str:
@@ -108,8 +115,8 @@ class LoadReport:
         head = (
             f"{self.answered}/{self.conversations} answered in {self.seconds:.1f} s; lost "
             f"{len(self.lost)}, doubled {len(self.duplicated)}, crossed {len(self.wrong)}, "
-            f"bad threads {len(self.bad_threads)}, dead letters {self.dead_letters}; journal "
-            f"peak {self.journal_peak} rows"
+            f"bad threads {len(self.bad_threads)}, dead letters {self.dead_letters}, watchdog "
+            f"reports {self.watchdog_reports}; journal peak {self.journal_peak} rows"
         )
         return "\n".join([head, *(f"  FAILED: {line}" for line in self.failures()), *self.notes])
 
@@ -216,6 +223,7 @@ async def run_load(
                     peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                     journal_peak=watch.peak,
                     stopped=stopped,
+                    watchdog_reports=sum(r.get("event") in _WATCHDOG_EVENTS for r in h.records),
                 )
 
 

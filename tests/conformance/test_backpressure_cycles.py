@@ -58,6 +58,7 @@ async def test_a_tool_loop_fuller_than_its_mailboxes_answers_every_conversation_
     assert result.answered == 6
     assert result.duplicated == []
     assert result.dead_letters == 0
+    assert result.watchdog_reports == 0
     assert result.model_calls == 6 * 4  # three tool rounds and the answer, once each
 
 
@@ -85,3 +86,4 @@ async def test_a_two_cell_cycle_fuller_than_its_mailboxes_brings_every_conversat
         assert arrived == Counter(conversations)  # every one once, none twice
         assert {m.headers.context["round"] for m in colony.captured("/sink")} == {ROUNDS}
         assert await colony.dead_letters() == []
+        assert colony.logs("mailbox_stalled") == colony.logs("mailbox_wait_cycle") == []

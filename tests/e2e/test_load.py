@@ -16,6 +16,7 @@ async def test_fifty_concurrent_conversations_complete_with_no_loss_and_no_dupli
     assert result.wrong == []  # no answer crossed into another conversation
     assert result.bad_threads == []  # every thread holds user + 3 x (assistant + 2 results)
     assert result.dead_letters == 0
+    assert result.watchdog_reports == 0  # no cell stopped draining, nobody waited in a cycle
     assert result.answered == 50
     assert result.model_calls == 50 * 4  # three tool rounds and the answer, exactly once each
     assert result.ok
