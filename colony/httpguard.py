@@ -26,6 +26,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from aiohttp import web
 
@@ -174,22 +175,24 @@ class _Guarded(asyncio.Protocol):
     # -- the connection ----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport, though not always an asyncio.Transport subclass: uvloop's TCP
+        # transport has the same methods and no such base (an isinstance check refused it).
+        stream = cast(asyncio.Transport, transport)
+        self._transport = stream
         book = self._book
         if len(book.by_transport) >= book.limits.max_connections:
             body = (
                 b'{"error":"too_many_connections","detail":"the API holds its maximum of '
                 b'open connections; retry shortly"}'
             )
-            transport.write(_REFUSAL % (len(body), body))
-            transport.close()
+            stream.write(_REFUSAL % (len(body), body))
+            stream.close()
             book.note_refused()
             return
-        book.by_transport[transport] = self
+        book.by_transport[stream] = self
         self._inner = self._server()
         self._arm(book.limits.header_timeout_s)
-        self._inner.connection_made(transport)
+        self._inner.connection_made(stream)
 
     def data_received(self, data: bytes) -> None:
         if self._inner is not None:
