@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+# Each pytest-xdist worker flushes a live-Redis database of its own (15 for gw0, 14 for gw1, ...):
+# two workers flushing one database under each other's tests made the live legs flaky.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER.startswith("gw") and "LLM_TRANSCRIPT_REDIS_URL" not in os.environ:
+    os.environ["LLM_TRANSCRIPT_REDIS_URL"] = f"redis://127.0.0.1:6379/{15 - int(_WORKER[2:]) % 16}"
 
 # Tests that share something outside their own temporary folder run on one xdist worker, one
 # after another: the live Redis database they flush, and the fixed port 7799 the docs name.
