@@ -18,13 +18,13 @@ cell takes messages:
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import deque
 from pathlib import Path
 
 from colony.envelope import Envelope
 from colony.mailbox import ByteGauge, message_bytes
 from colony.persist.escape import storable_text
+from colony.persist.journal import ENVELOPE_PAIR, stored_envelope
 from colony.persist.schema import connect
 
 _PAGE = 500
@@ -74,18 +74,12 @@ class JournalOverflow:
 
     def _read(self, ids: list[str]) -> dict[str, Envelope]:
         marks = ",".join("?" * len(ids))
-        sql = (
-            "SELECT id, '[' || envelope || ',' || body || ']' FROM journal "
-            f"WHERE id IN ({marks}) AND cell = ?"
-        )
-        decode = json.JSONDecoder().raw_decode  # our own text: loads() minus its checks
+        sql = f"SELECT id, {ENVELOPE_PAIR} FROM journal WHERE id IN ({marks}) AND cell = ?"
         out: dict[str, Envelope] = {}
         conn = connect(str(self._path), readonly=True)
         try:
             for row_id, pair in conn.execute(sql, (*ids, self._cell)):
-                (doc, body), _ = decode(pair)
-                doc["body_payload"] = body
-                out[row_id] = Envelope.from_json(doc)
+                out[row_id] = stored_envelope(pair)
         finally:
             conn.close()
         return out

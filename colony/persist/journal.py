@@ -35,7 +35,20 @@ class JournalEntry:
     """Characters of its stored JSON: what it counts against a mailbox's byte bound."""
 
 
-_ROW = "SELECT seq, cell, sender, '[' || envelope || ',' || body || ']' FROM journal "
+ENVELOPE_PAIR = "'[' || envelope || ',' || body || ']'"
+"""SQL for a journal row's ``[envelope, body]`` as one JSON text (see :func:`stored_envelope`)."""
+
+_ROW = f"SELECT seq, cell, sender, {ENVELOPE_PAIR} FROM journal "
+
+_decode = json.JSONDecoder().raw_decode  # loads() minus its checks, for our own text
+
+
+def stored_envelope(pair: str) -> Envelope:
+    """The envelope of a journal row, from its :data:`ENVELOPE_PAIR` text (the body is kept
+    apart in the row, so a body shared by follow-ups is stored once)."""
+    (doc, body), _ = _decode(pair)
+    doc["body_payload"] = body
+    return Envelope.from_json(doc)
 
 
 class JournalSnapshot:
@@ -77,7 +90,6 @@ class JournalSnapshot:
     def _read(
         self, sql: str, args: tuple[object, ...], max_bytes: int | None
     ) -> list[JournalEntry]:
-        decode = json.JSONDecoder().raw_decode  # loads() minus its checks, for our own text
         out: list[JournalEntry] = []
         taken = 0
         conn = connect(str(self.path), readonly=True)
@@ -86,9 +98,7 @@ class JournalSnapshot:
                 size = len(pair)
                 if out and max_bytes is not None and taken + size > max_bytes:
                     break
-                (doc, body), _ = decode(pair)
-                doc["body_payload"] = body
-                out.append(JournalEntry(seq, cell, sender, Envelope.from_json(doc), size))
+                out.append(JournalEntry(seq, cell, sender, stored_envelope(pair), size))
                 taken += size
         finally:
             conn.close()
