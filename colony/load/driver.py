@@ -83,6 +83,9 @@ class LoadReport:
     watchdog_reports: int = 0
     """``mailbox_stalled`` and ``mailbox_wait_cycle`` lines the colony logged (a healthy run
     has none: no cell stops draining, no sender waits in a cycle)."""
+    dead_letter_kinds: list[str] = field(default_factory=list)
+    """The most frequent (code, cell) pairs among the dead letters, each with a count and one
+    detail (JournalWatch.dead_letter_kinds)."""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -105,7 +108,8 @@ class LoadReport:
             if turns:
                 out.append(f"{label}: {len(turns)}, e.g. {', '.join(turns[:5])}")
         if self.dead_letters:
-            out.append(f"dead letters: {self.dead_letters}")
+            kinds = "; ".join(self.dead_letter_kinds)
+            out.append(f"dead letters: {self.dead_letters}" + (f": {kinds}" if kinds else ""))
         if self.watchdog_reports:
             out.append(f"watchdog reports (stalls or wait cycles): {self.watchdog_reports}")
         return out
@@ -220,6 +224,7 @@ async def run_load(
                     decisions=h.colony.decisions,
                     model_calls=model.served,
                     dead_letters=await dead_letter_count(h),
+                    dead_letter_kinds=await asyncio.to_thread(watch.dead_letter_kinds),
                     peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                     journal_peak=watch.peak,
                     stopped=stopped,

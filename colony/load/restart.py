@@ -241,6 +241,7 @@ async def run_load_with_restart(
                 decisions=int(report.get("decisions", 0)),
                 model_calls=model.served,
                 dead_letters=int(report.get("dead_letters", 0)),
+                dead_letter_kinds=await asyncio.to_thread(watch.dead_letter_kinds),
                 peak_rss_mb=max(rss),
                 journal_peak=watch.peak,
                 stopped=stopped,

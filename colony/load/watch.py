@@ -66,6 +66,31 @@ class JournalWatch:
         state = _read(self.db, "SELECT COUNT(*) FROM dead_letters")
         return 0 if state is None else state[0]
 
+    def dead_letter_kinds(self, limit: int = 5) -> list[str]:
+        """The most frequent dead letters so far, one line per (code, cell) with its count and
+        one detail, so a failed run says why its messages died (a blocking read)."""
+        if not self.db.exists():
+            return []
+        try:
+            conn = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=5)
+        except sqlite3.Error:
+            return []
+        try:
+            rows = conn.execute(
+                "SELECT error_code, resolved_target, COUNT(*), MIN(COALESCE(detail, '')) "
+                "FROM dead_letters GROUP BY error_code, resolved_target "
+                "ORDER BY COUNT(*) DESC LIMIT ?",
+                (limit,),
+            ).fetchall()
+        except sqlite3.Error:
+            return []
+        finally:
+            conn.close()
+        return [
+            f"{code} at {cell}: {count}" + (f" ({detail[:200]})" if detail else "")
+            for code, cell, count, detail in rows
+        ]
+
 
 def peak_rss_mb(pid: int) -> float | None:
     """The peak resident memory of process ``pid`` so far (Linux ``VmHWM``), or None."""

@@ -20,3 +20,14 @@ async def test_fifty_concurrent_conversations_complete_with_no_loss_and_no_dupli
     assert result.answered == 50
     assert result.model_calls == 50 * 4  # three tool rounds and the answer, exactly once each
     assert result.ok
+
+
+async def test_a_failed_load_run_names_the_code_and_cell_of_its_dead_letters() -> None:
+    # A TTL far too small for the loop: every conversation dies of it, and the report must say
+    # of what (a bare count once sent a 10,000 run's reader hunting for the cause).
+    result = await run_load(3, rounds=1, tools=1, timeout=120, colony={"message_default_ttl": 4})
+    assert result.dead_letters > 0
+    assert not result.ok
+    [line] = [f for f in result.failures() if f.startswith("dead letters")]
+    assert result.dead_letter_kinds
+    assert result.dead_letter_kinds[0] in line
