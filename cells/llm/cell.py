@@ -19,7 +19,7 @@ import json
 import time
 from typing import Any
 
-import httpx
+import aiohttp
 
 from cells.llm.dialects import dialect_for
 from cells.llm.dialects.base import JsonObject as _Json
@@ -53,12 +53,20 @@ class LlmCell:
         base = LlmParams.model_validate(spec.params)
         stored = self.state.overlay()
         self.params = overlay(base, stored) if stored else base
-        self.client = httpx.AsyncClient(trust_env=False)
+        self._client: aiohttp.ClientSession | None = None
         self.folder = spec.folder
         self._store: TranscriptStore | None = None
 
+    @property
+    def client(self) -> aiohttp.ClientSession:
+        """The HTTP session (made on first use: aiohttp binds it to the running loop)."""
+        if self._client is None:
+            self._client = aiohttp.ClientSession(trust_env=False)
+        return self._client
+
     async def close(self) -> None:
-        await self.client.aclose()
+        if self._client is not None:
+            await self._client.close()
         if self._store is not None and not isinstance(self._store, MemoryStore):
             await self._store.close()
         self.state.close()

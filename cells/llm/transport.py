@@ -8,6 +8,11 @@ capped at 8 s. Every retry is logged. What is left is mapped to the cell's error
 standard JSON (:mod:`colony.jsonwire`): ``NaN``, a lone surrogate or nesting past 128 levels
 is a ``provider_error`` naming the problem, as meclaw's parser refuses them too, and never
 reaches the colony.
+
+The client is aiohttp's, not httpx's: measured against the scripted provider on loopback, one
+call cost about 1.3 ms of CPU with httpx and 0.3 ms with aiohttp (client and server together),
+and a turn of the tool loop makes seven of them. The body is sent as the exact bytes the dialect
+encoded; the answer is read as bytes and decoded as UTF-8 (a JSON answer has no other charset).
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import time
+from collections.abc import Mapping
 from typing import Any
 
-import httpx
+import aiohttp
+from yarl import URL
 
 from cells.llm.params import BACKOFF_BASE_S, BACKOFF_CAP_S
 from colony.jsonwire import JsonRefused, loads
@@ -44,8 +51,8 @@ def error_code_for(status: int) -> str:
     return STATUS_CODES.get(status, "provider_error")
 
 
-def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    value = headers.get("retry-after")
     if value is None:
         return None
     try:
@@ -57,11 +64,11 @@ def _retry_after(response: httpx.Response) -> float | None:
         return min(max(parsed.timestamp() - time.time(), 0.0), _MAX_RETRY_AFTER_S)
 
 
-def _upstream_message(response: httpx.Response) -> str | None:
+def _upstream_message(text: str) -> str | None:
     try:
-        body = loads(response.text)
+        body = loads(text)
     except JsonRefused:
-        return response.text[:500] or None
+        return text[:500] or None
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         message = body["error"].get("message")
         return str(message)[:500] if message is not None else None
@@ -69,7 +76,7 @@ def _upstream_message(response: httpx.Response) -> str | None:
 
 
 async def post(
-    client: httpx.AsyncClient,
+    client: aiohttp.ClientSession,
     url: str,
     content: bytes,
     headers: dict[str, str],
@@ -82,14 +89,18 @@ async def post(
 ) -> Any:
     """POST and return the parsed JSON of a 2xx answer, or raise :class:`ProviderWireError`."""
     attempt = 0
+    timeout = aiohttp.ClientTimeout(total=attempt_timeout)
+    target, headers = _credentials_as_header(url, headers)
     while True:
         try:
-            response = await client.post(
-                url, content=content, headers=headers, timeout=attempt_timeout
-            )
-        except httpx.TimeoutException:
+            sent = client.post(target, data=content, headers=headers, timeout=timeout)
+            async with sent as answer:
+                status = answer.status
+                answer_headers = answer.headers
+                raw = await answer.read()
+        except TimeoutError:
             raise ProviderWireError("timeout", f"no answer within {attempt_timeout:g} s") from None
-        except httpx.ConnectError as exc:
+        except aiohttp.ClientConnectorError as exc:
             if attempt < max_retries:
                 attempt += 1
                 delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1))
@@ -97,30 +108,43 @@ async def post(
                 await asyncio.sleep(delay)
                 continue
             raise ProviderWireError("provider_error", f"cannot connect: {exc}") from None
-        except httpx.HTTPError as exc:
+        except (aiohttp.ClientError, ValueError) as exc:
             raise ProviderWireError("provider_error", f"the request failed: {exc}") from None
-        status = response.status_code
         if (status == 429 or status >= 500) and attempt < max_retries:
             attempt += 1
-            delay = _retry_after(response)
+            delay = _retry_after(answer_headers)
             if delay is None:
                 delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1))
             _log_retry(log, cell, trace_id, attempt, max_retries, delay, "status", status)
             await asyncio.sleep(delay)
             continue
+        text = raw.decode("utf-8", errors="replace")
         if status >= 300:
             raise ProviderWireError(
                 error_code_for(status),
                 f"HTTP {status}",
                 status=status,
-                upstream=_upstream_message(response),
+                upstream=_upstream_message(text),
             )
         try:
-            return loads(response.text)
+            return loads(text)
         except JsonRefused as exc:
             raise ProviderWireError(
                 "provider_error", f"the answer is not JSON: {exc.problem}", status=status
             ) from None
+
+
+def _credentials_as_header(url: str, headers: dict[str, str]) -> tuple[URL, dict[str, str]]:
+    """A ``user:password@`` in a base URL becomes Basic authorization unless the dialect sets
+    its own ``Authorization`` (an API key wins); either way it leaves the URL (aiohttp refuses
+    both at once, and the credentials must never reach a log through the URL)."""
+    parsed = URL(url)
+    if parsed.user is None and parsed.password is None:
+        return parsed, headers
+    if not any(name.lower() == "authorization" for name in headers):
+        basic = aiohttp.BasicAuth(parsed.user or "", parsed.password or "")
+        headers = {**headers, "Authorization": basic.encode()}
+    return parsed.with_user(None), headers
 
 
 def _log_retry(
