@@ -11,16 +11,32 @@ always reads its own writes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sqlite3
 from typing import TypeVar
 
 from colony.celltables import CellTables, Work, table_name
-from colony.persist.db import ColonyDb
+from colony.persist.db import ColonyDb, StorageUnavailable
 
 T = TypeVar("T")
 
 READ_BUSY_TIMEOUT_S = 30.0
+COMMIT_POLL_S = 0.05
+"""While the storage is out, how often a cell waiting for its write's commit looks again."""
+
+
+class _WriteCommitted:
+    """Whether one write is committed, set on the writer's thread (no loop wake-up: most
+    writes are never waited for; the few that are ask through a fence)."""
+
+    __slots__ = ("error", "settled")
+
+    def __init__(self) -> None:
+        self.settled = False
+        self.error: BaseException | None = None
+
+    def __call__(self, error: BaseException | None) -> None:
+        self.error = error
+        self.settled = True
 
 
 class ColonyTables(CellTables):
@@ -29,23 +45,27 @@ class ColonyTables(CellTables):
     def __init__(self, db: ColonyDb, cell_path: str) -> None:
         self.db = db
         self.prefix = table_name(cell_path, "")
-        self._pending: asyncio.Future[None] | None = None
-        """The commit of the last write, while it is not done."""
+        self._last: _WriteCommitted | None = None
+        """The commit of the last write, until it is seen settled."""
         self._reader: sqlite3.Connection | None = None
 
     async def write(self, work: Work[T], *, ack: tuple[str, str] | None = None) -> T:
-        executed, committed = self.db.execute(work, ack)
-        committed.add_done_callback(_retrieve)
-        self._pending = committed
-        return await executed
+        self._last = last = _WriteCommitted()
+        return await self.db.execute(work, ack, last)
 
     async def committed(self) -> None:
-        pending = self._pending
-        if pending is not None:
-            if not pending.done():
-                await asyncio.shield(pending)
-            self._pending = None
-            pending.result()
+        last = self._last
+        if last is None:
+            return
+        while not last.settled:
+            if self.db.closed:
+                raise StorageUnavailable("colony.db was closed before this write committed")
+            await self.db.flush()  # a fence: passes once the write was tried
+            if not last.settled:  # kept for a retry while the storage is out
+                await asyncio.sleep(COMMIT_POLL_S)
+        self._last = None
+        if last.error is not None:
+            raise last.error
 
     async def read(self, work: Work[T]) -> T:
         await self.committed()
@@ -62,12 +82,6 @@ class ColonyTables(CellTables):
         if self._reader is not None:
             self._reader.close()
             self._reader = None
-
-
-def _retrieve(future: asyncio.Future[None]) -> None:
-    """Mark a commit's failure as seen: whoever needs it asks :meth:`ColonyTables.committed`."""
-    with contextlib.suppress(asyncio.CancelledError):
-        future.exception()
 
 
 class ColonyTablesHost:

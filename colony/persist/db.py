@@ -126,6 +126,11 @@ class ColonyDb:
         self._thread.start()
 
     @property
+    def closed(self) -> bool:
+        """The writer has stopped: nothing more is written."""
+        return not self._thread.is_alive()
+
+    @property
     def rows_written(self) -> int:
         return self._writer.rows_written
 
@@ -219,18 +224,21 @@ class ColonyDb:
         await future
 
     def execute(
-        self, work: Callable[[sqlite3.Connection], T], ack: tuple[str, str] | None = None
-    ) -> tuple[asyncio.Future[T], asyncio.Future[None]]:
+        self,
+        work: Callable[[sqlite3.Connection], T],
+        ack: tuple[str, str] | None = None,
+        done: Callable[[BaseException | None], None] = _ignore,
+    ) -> asyncio.Future[T]:
         """Run ``work`` on the writer's connection inside its current transaction (a cell's
-        tables, :mod:`colony.celltables`): the first future resolves with its result once it
-        ran, the second once it is committed. ``ack`` (the handled message) holds the
-        transaction open briefly for the unit that acknowledges it."""
+        tables, :mod:`colony.celltables`); the future resolves with its result once it ran.
+        ``done`` is called on the writer's thread once it is committed (it must not block).
+        ``ack`` (the handled message) holds the transaction open briefly for the unit that
+        acknowledges it."""
         if not self._thread.is_alive():
             raise StorageUnavailable("colony.db is closed")
         executed, report = _result()
-        committed, done = _completion()
         self._queue.put(Execute(work, ack, report, done))
-        return executed, committed
+        return executed
 
     def commit_later(self, unit: Unit) -> None:
         """Hand a unit to the writer without waiting (a failure is reported by the writer)."""

@@ -184,3 +184,49 @@ async def test_a_cells_failing_sql_reaches_the_cell_undone_and_the_writer_stays_
         ).fetchone()[0]
     )
     assert present == 0  # nothing of the failed work was kept
+
+
+async def test_under_at_most_once_a_store_in_colony_db_replies_after_its_write_committed(
+    make_tree: TreeFactory, tmp_path: Path
+) -> None:
+    async with ColonyHarness(
+        make_tree(store_tree()),
+        capture=["/sink"],
+        colony={"delivery": "at_most_once"},
+        workdir=tmp_path / "run",
+    ) as colony:
+        reply = await ask(colony, row(turn_id="t1", fired=0))
+        assert reply.headers.hop["rows_affected"] == 1
+        # the reply was delivered, so the write is committed: another connection sees it
+        assert committed_rows(tmp_path / "run" / "colony" / "colony.db") == [("t1", 0)]
+        assert colony.rows("/memory", "store_receipts") == []  # no redelivery, no receipts
+
+
+async def test_a_write_the_storage_refuses_is_kept_and_run_again_once_it_takes_writes(
+    colony_db: ColonyDb,
+) -> None:
+    tables = ColonyTablesHost(colony_db).tables("/x")
+    await tables.write(lambda conn: conn.execute('CREATE TABLE "/x:t" (a)'))
+    runs = []
+
+    def insert_once_the_disk_has_room(conn: sqlite3.Connection) -> int:
+        runs.append(1)
+        if len(runs) == 1:
+            full = sqlite3.OperationalError("database or disk is full")
+            full.sqlite_errorcode = 13  # SQLITE_FULL, as SQLite reports it
+            raise full
+        return conn.execute('INSERT INTO "/x:t" (a) VALUES (1)').rowcount
+
+    assert await tables.write(insert_once_the_disk_has_room) == 1
+    await tables.committed()
+    assert len(runs) == 2
+    assert committed_rows_of(colony_db.path, '"/x:t"') == [(1,)]
+    assert colony_db.unavailable() is None  # the first commit that worked ended the outage
+
+
+def committed_rows_of(db: Path, table: str) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(f"SELECT * FROM {table}").fetchall()
+    finally:
+        conn.close()
