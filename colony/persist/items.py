@@ -1,8 +1,10 @@
 """What the ``colony.db`` writer's queue carries: rows, units, and the barriers between them.
 
 A :class:`Unit` is the at-least-once hand-off (one handled message and everything it caused);
-the rest are single rows written outside any unit (at-most-once mode, boot, registry) and the
-writer's own barriers (:class:`Fence`, :class:`Stop`). Each :data:`Piece` can be applied, or
+an :class:`Execute` is a cell's own SQL run inside the writer's transaction (a store's write,
+committed with the unit that answers it); the rest are single rows written outside any unit
+(at-most-once mode, boot, registry) and the writer's own barriers (:class:`Fence`,
+:class:`Stop`). Each :data:`Piece` can be applied, or
 fail, on its own: that is what lets one bad unit fail alone.
 """
 
