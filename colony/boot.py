@@ -32,6 +32,7 @@ from colony.edges import EdgeTable, compile_edge
 from colony.expressions import Engine, default_engine
 from colony.gc_pause import gc_paused
 from colony.observability import Logger
+from colony.persist.celltables import ColonyTablesHost
 from colony.persist.db import ColonyDb
 from colony.persist.records import read_registry
 
@@ -139,6 +140,7 @@ def wire(
         list(tree.cells), tree.hives, ((d.from_path, d.to_path) for d in tree.edges)
     )
     registry = read_registry(db.path)  # ids kept across boots, and who failed before
+    tables = ColonyTablesHost(db)
     for node in tree.cells.values():
         spec = CellSpec(
             path=node.path,
@@ -149,6 +151,7 @@ def wire(
             cell=node.config.cell,
             colony=tree.colony,
             log=log.bind(cell=node.path),
+            tables=tables,
         )
         colony.add(spec, cell_types[node.type], activity[node.path], registry)
     for cell in extra:

@@ -16,6 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from colony.celltables import TablesHost
 from colony.config.models import CellBlock, ColonyConfig, Contract
 from colony.envelope import Envelope, JsonObject
 from colony.observability import Logger
@@ -59,6 +60,9 @@ class CellSpec:
     colony: ColonyConfig
     log: Logger | None = None
     """The colony's logger bound to this cell (None outside a colony)."""
+    tables: TablesHost | None = None
+    """The colony's database, for a cell that keeps its tables there so that its writes
+    commit with its hand-offs (:mod:`colony.celltables`); None outside a colony."""
 
 
 @dataclass(frozen=True, slots=True)

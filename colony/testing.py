@@ -265,25 +265,39 @@ class ColonyHarness:
         return await self.colony.db.message_log(trace_id)
 
     def rows(self, cell_path: str, table: str) -> list[dict[str, Any]]:
-        """A store cell's table, as dicts in insertion order (read-only, straight from its
-        ``cell.db``)."""
+        """A cell's table, as dicts in insertion order (read-only): a store's from
+        ``colony.db`` (``"<cell path>:<table>"``), another cell's from its ``cell.db``. Sees
+        what is committed: every write whose reply was delivered."""
         import re
         import sqlite3
+
+        from colony.celltables import quoted, table_name
 
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", table):
             raise ValueError(f"{table!r} is not a table name")
         runner = self.colony.runners.get(cell_path)
-        if runner is None or runner.spec.folder is None:
+        if runner is None:
             raise ValueError(f"{cell_path} is not a cell of this tree")
-        db = runner.spec.folder / "cell.db"
-        if not db.exists():
-            return []
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        try:
-            conn.row_factory = sqlite3.Row
-            return [dict(r) for r in conn.execute(f'SELECT * FROM "{table}" ORDER BY rowid')]
-        finally:
-            conn.close()
+        places = [(self.colony.db.path, table_name(cell_path, table))]
+        if runner.spec.folder is not None:
+            places.append((runner.spec.folder / "cell.db", table))
+        for db, name in places:
+            if not db.exists():
+                continue
+            conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+            try:
+                conn.row_factory = sqlite3.Row
+                found = conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+                ).fetchone()
+                if found is not None:
+                    return [
+                        dict(r)
+                        for r in conn.execute(f"SELECT * FROM {quoted(name)} ORDER BY rowid")
+                    ]
+            finally:
+                conn.close()
+        return []
 
     def logs(self, event: str | None = None, level: str | None = None) -> list[dict[str, Any]]:
         """Log records, optionally only one event name and/or level (``warning``, ``debug``…)."""

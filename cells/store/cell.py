@@ -1,9 +1,18 @@
-"""The ``store`` cell: SQLite tables in the cell's own ``cell.db``.
+"""The ``store`` cell: typed SQL tables, kept in the colony's ``colony.db``.
 
 Stateful, so the colony hands it one message at a time: that single writer is what turns a
 guarded update (``set fired=1 where … and fired=0``) into a compare-and-set exactly one racer
-wins. Operations run on the event loop — each is one short statement, far cheaper than a
-thread hop — and ``query_timeout_ms`` interrupts a long one through SQLite's progress handler.
+wins.
+
+In a colony the tables live in ``colony.db``, named ``"<cell path>:<table>"``
+(:mod:`colony.celltables`). A write runs on the colony's writer thread inside its current
+transaction, and the hand-off that answers it (the ack of the message that asked, the reply's
+delivery) joins that transaction: the write, its receipt and the reply commit as one step,
+group-committed with everything else. A read runs on the event loop on a read connection and
+sees every write before it; ``query_timeout_ms`` interrupts a long one through SQLite's
+progress handler (a write inside the colony's transaction is not interrupted: that would roll
+back other cells' hand-offs). A store built without a colony keeps its own ``cell.db``
+(:class:`cells.store.tables.OwnFile`); an old ``cell.db`` is moved into ``colony.db`` once.
 
 A reply is one ``tool_result`` turn on the call's id with hop ``{operation, rows_affected,
 duration_ms}``. SQL failures are ordinary results carrying ``hop.error_code``; a malformed call
@@ -17,18 +26,29 @@ redelivers what was in flight at a crash — gets its recorded reply instead of 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
-from cells.cellfile import ParamsOverlay, QueryTimeoutError, bounded, open_cell_db
+from cells.cellfile import CELL_DB, QueryTimeoutError, bounded
 from cells.store.ops import WRITES, ArgsError, Plan, UnknownNameError, bind, parse_call, plan
 from cells.store.params import SQL_TYPES, StoreParams, read_seed
+from cells.store.tables import (
+    OldTable,
+    OwnFile,
+    columns_of,
+    copy_tables,
+    read_cell_db,
+    retire_cell_db,
+    tables_of,
+)
 from cells.text import dumps_sorted
 from cells.toolcall import tool_error, tool_result
 from colony.cell import CellSpec, Emission
+from colony.celltables import CellTables, quoted, storage_failure
 from colony.crashpoints import crash_point
 from colony.envelope import Envelope, JsonObject
 from colony.paths import parent
@@ -54,72 +74,145 @@ def _inside(sender: str, scope: str) -> bool:
     return sender == scope or sender.startswith(scope + "/")
 
 
+async def open_store(spec: CellSpec) -> StoreCell:
+    """A store cell with its tables ready (the cell type's factory)."""
+    cell = StoreCell(spec)
+    try:
+        await cell.open()
+    except BaseException:
+        await cell.close()
+        raise
+    return cell
+
+
 class StoreCell:
     def __init__(self, spec: CellSpec) -> None:
         self.params = StoreParams.model_validate(spec.params)
         self.path = spec.path
         self.scope = parent(spec.path)
+        self.folder = spec.folder
+        self.log = spec.log
         self.schema: dict[str, dict[str, str]] = {
             t: dict(cols) for t, cols in self.params.schema_.items()
         }
-        self.conn, fresh = open_cell_db(spec.folder)
-        self.overlay = ParamsOverlay(self.conn, _PARAMS_TABLE)
         self.query_timeout_ms = self.params.query_timeout_ms
         self.receipts = spec.colony is None or spec.colony.delivery == "at_least_once"
         """Record a receipt per write (only redelivery needs them)."""
-        self._prepare(fresh, spec.folder)
+        self.shared = spec.tables is not None
+        """The tables are in colony.db (else in the cell's own cell.db)."""
+        self.tables: CellTables = (
+            spec.tables.tables(spec.path) if spec.tables is not None else OwnFile(spec.folder)
+        )
+        self.prefix = self.tables.prefix
+
+    def _name(self, table: str) -> str:
+        return quoted(self.prefix + table)
 
     # -- the database ---------------------------------------------------------------------
 
-    def _prepare(self, fresh: bool, folder: Path | None) -> None:
-        conn = self.conn
+    async def open(self) -> None:
+        """Move an old ``cell.db`` in, or seed a fresh store; then create what the schema
+        declares and read back what ``create_table`` and ``params`` left."""
+        fresh = isinstance(self.tables, OwnFile) and self.tables.fresh
+        if self.shared:
+            present = await self.tables.write(lambda conn: tables_of(conn, self.prefix))
+            migrated = await self._migrate(present)
+            fresh = not present and not migrated
+        seed = self._read_seeds() if fresh else {}
+        self.query_timeout_ms = await self.tables.write(lambda conn: self._prepare(conn, seed))
+        await self.tables.committed()
+
+    async def _migrate(self, present: list[str]) -> bool:
+        """Copy an old ``cell.db`` into colony.db when colony.db holds none of this store's
+        tables yet; True when there was one to copy. One found beside tables already moved is
+        left alone, with a warning."""
+        if self.folder is None:
+            return False
+        file = Path(self.folder) / CELL_DB
+        if not file.is_file():
+            return False
+        if present:
+            if self.log is not None:
+                self.log.warning(
+                    "store_cell_db_ignored",
+                    cell=self.path,
+                    file=str(file),
+                    detail="this store's tables are in colony.db; the cell.db beside it is not "
+                    "read (rename or remove it)",
+                )
+            return True
+        old: list[OldTable] = await asyncio.to_thread(read_cell_db, file)
+        copied = await self.tables.write(lambda conn: copy_tables(conn, self.prefix, old))
+        await self.tables.committed()
+        moved = retire_cell_db(file)
+        if self.log is not None:
+            self.log.warning(
+                "store_migrated",
+                cell=self.path,
+                tables=[t.name for t in old],
+                rows=copied,
+                moved_to=str(moved),
+                detail="this store's tables moved from its cell.db into colony.db (tables "
+                f'named "{self.prefix}<table>"); the old file was renamed',
+            )
+        return True
+
+    def _read_seeds(self) -> dict[str, list[dict[str, Any]]]:
+        if self.folder is None:
+            return {}
+        seeds: dict[str, list[dict[str, Any]]] = {}
+        for table, columns in self.params.schema_.items():
+            file = Path(self.folder) / "seed" / f"{table}.jsonl"
+            if file.is_file():
+                seeds[table] = read_seed(file, columns)
+        return seeds
+
+    def _prepare(self, conn: sqlite3.Connection, seed: dict[str, list[dict[str, Any]]]) -> Any:
+        """Runs as one write: the receipts and params tables, the declared tables, seeds;
+        returns the query timeout the params overlay holds."""
+        receipts, params = self._name(_RECEIPTS_TABLE), self._name(_PARAMS_TABLE)
         conn.execute(
-            f'CREATE TABLE IF NOT EXISTS "{_RECEIPTS_TABLE}" '
+            f"CREATE TABLE IF NOT EXISTS {receipts} "
             "(message_id TEXT PRIMARY KEY, reply TEXT NOT NULL, at INTEGER NOT NULL)"
         )
+        conn.execute(f"DELETE FROM {receipts} WHERE at < ?", (int(time.time()) - _RECEIPTS_KEPT_S,))
         conn.execute(
-            f'DELETE FROM "{_RECEIPTS_TABLE}" WHERE at < ?', (int(time.time()) - _RECEIPTS_KEPT_S,)
+            f"CREATE TABLE IF NOT EXISTS {params} "
+            "(key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at INTEGER NOT NULL)"
         )
         for table, columns in self.schema.items():
-            self._ensure_table(table, columns)
+            self._ensure_table(conn, table, columns)
         # Tables made at runtime by create_table are part of the schema too.
-        for (name,) in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        ).fetchall():
+        for name in tables_of(conn, self.prefix):
             if name in self.schema or name in _INTERNAL:
                 continue
-            info = conn.execute(f'PRAGMA table_info("{name}")').fetchall()
-            self.schema[name] = {row[1]: _TYPE_BACK.get(row[2], "text") for row in info}
-        self.query_timeout_ms = self.overlay.read().get("query_timeout_ms", self.query_timeout_ms)
-        if fresh and folder is not None:
-            self._seed(Path(folder))
+            self.schema[name] = {
+                column: _TYPE_BACK.get(kind, "text")
+                for column, kind in columns_of(conn, self.prefix + name)
+            }
+        for table, rows in seed.items():
+            names = sorted(self.params.schema_[table])
+            conn.executemany(
+                f"INSERT INTO {self._name(table)} ({', '.join(quoted(c) for c in names)}) "
+                f"VALUES ({', '.join('?' for _ in names)})",
+                [[bind(row.get(c)) for c in names] for row in rows],
+            )
+        overlay = {
+            str(k): json.loads(v) for k, v in conn.execute(f"SELECT key, value FROM {params}")
+        }
+        return overlay.get("query_timeout_ms", self.query_timeout_ms)
 
-    def _ensure_table(self, table: str, columns: dict[str, str]) -> None:
-        conn = self.conn
+    def _ensure_table(self, conn: sqlite3.Connection, table: str, columns: dict[str, str]) -> None:
+        name = self._name(table)
         definition = ", ".join(f'"{c}" {SQL_TYPES[t]}' for c, t in sorted(columns.items()))
-        conn.execute(f'CREATE TABLE IF NOT EXISTS "{table}" ({definition})')
-        present = {row[1] for row in conn.execute(f'PRAGMA table_info("{table}")').fetchall()}
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {name} ({definition})")
+        present = {column for column, _ in columns_of(conn, self.prefix + table)}
         for column, kind in sorted(columns.items()):
             if column not in present:
-                conn.execute(f'ALTER TABLE "{table}" ADD COLUMN "{column}" {SQL_TYPES[kind]}')
-
-    def _seed(self, folder: Path) -> None:
-        for table, columns in self.params.schema_.items():
-            file = folder / "seed" / f"{table}.jsonl"
-            if not file.is_file():
-                continue
-            rows = read_seed(file, columns)
-            names = sorted(columns)
-            sql = (
-                f'INSERT INTO "{table}" ({", ".join(f"{chr(34)}{c}{chr(34)}" for c in names)}) '
-                f"VALUES ({', '.join('?' for _ in names)})"
-            )
-            self.conn.execute("BEGIN")
-            self.conn.executemany(sql, [[bind(row.get(c)) for c in names] for row in rows])
-            self.conn.execute("COMMIT")
+                conn.execute(f'ALTER TABLE {name} ADD COLUMN "{column}" {SQL_TYPES[kind]}')
 
     async def close(self) -> None:
-        self.conn.close()
+        await self.tables.close()
 
     # -- one message ----------------------------------------------------------------------
 
@@ -127,42 +220,14 @@ class StoreCell:
         target = message.reply_to or self.path
         body = message.body if isinstance(message.body, dict) else {}
         if "params" in body:
-            problem = self._update_params(body["params"])
+            problem = await self._update_params(body["params"])
             if problem is not None:
                 return [Emission(_error("params_update", "invalid_input", problem, ""), target)]
             if not body.get("messages"):
                 return []  # a params-only message is applied silently
-        if not self.receipts:
-            return [Emission(self._answer(message, body), target)]
-        return [Emission(self._answer_once(message, body), target)]
+        return [Emission(await self._answer(message, body), target)]
 
-    def _answer_once(self, message: Envelope, body: JsonObject) -> JsonObject:
-        """The reply, a write and its receipt committed together; a message already answered
-        gets the recorded reply."""
-        conn = self.conn
-        row = conn.execute(
-            f'SELECT reply FROM "{_RECEIPTS_TABLE}" WHERE message_id = ?', (message.id,)
-        ).fetchone()
-        if row is not None:
-            reply: JsonObject = json.loads(row[0])
-            return reply
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            reply = self._answer(message, body)
-            if reply["header"].get("operation") in WRITES:
-                conn.execute(
-                    f'INSERT INTO "{_RECEIPTS_TABLE}"(message_id, reply, at) VALUES (?, ?, ?)',
-                    (message.id, json.dumps(reply), int(time.time())),
-                )
-                crash_point("store.write")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        if conn.in_transaction:  # an interrupted write has rolled the transaction back
-            conn.execute("COMMIT")
-        return reply
-
-    def _answer(self, message: Envelope, body: JsonObject) -> JsonObject:
+    async def _answer(self, message: Envelope, body: JsonObject) -> JsonObject:
         started = time.perf_counter()
         try:
             call_id, args = parse_call(body.get("messages"))
@@ -181,40 +246,82 @@ class StoreCell:
                 call_id,
             )
         try:
-            step = plan(args, self.schema)
+            step = plan(args, self.schema, self.prefix)
         except ArgsError as exc:
             return _error(exc.operation, "invalid_input", exc.text, "")
         except UnknownNameError as exc:
             return _result(str(operation), 0, started, exc.text, call_id, exc.code)
+        if step.operation == "select":
+            return await self.tables.read(lambda conn: self._select(conn, step, call_id, started))
+        ack = (message.id, self.path) if self.receipts else None
+        reply = await self.tables.write(
+            lambda conn: self._write(conn, message.id, step, call_id, started), ack=ack
+        )
+        if ack is None:  # no unit commits with the write: the reply waits for its commit
+            await self.tables.committed()
+        if step.operation == "create_table" and "error_code" not in reply["header"]:
+            self.schema.setdefault(step.table, {}).update(step.new_columns)
+        return reply
+
+    def _select(
+        self, conn: sqlite3.Connection, step: Plan, call_id: str, started: float
+    ) -> JsonObject:
         try:
-            rows_affected, payload = self._execute(step)
+            with bounded(conn, self.query_timeout_ms):
+                cursor = conn.execute(step.sql, step.values)
+                rows = [
+                    {name: _read_back(value) for name, value in zip(step.columns, row, strict=True)}
+                    for row in cursor.fetchall()
+                ]
         except QueryTimeoutError:
             return _error(step.operation, "query_timeout", "query exceeded query_timeout_ms", "")
         except sqlite3.Error as exc:
             return _result(step.operation, 0, started, str(exc), call_id, _classify(exc))
         except OverflowError as exc:
             return _result(step.operation, 0, started, str(exc), call_id, "type_mismatch")
-        return _result(step.operation, rows_affected, started, payload, call_id, None)
+        return _result(step.operation, len(rows), started, dumps_sorted(rows), call_id, None)
 
-    def _execute(self, step: Plan) -> tuple[int, str]:
-        """The step's rows affected and reply text; raises :class:`QueryTimeoutError` past
-        ``query_timeout_ms``."""
-        conn = self.conn
-        with bounded(conn, self.query_timeout_ms):
-            if step.operation == "create_table":
-                self._ensure_table(step.table, step.new_columns)
-                self.schema.setdefault(step.table, {}).update(step.new_columns)
-                return 0, "null"
-            cursor = conn.execute(step.sql, step.values)
-            if step.operation == "select":
-                rows = [
-                    {name: _read_back(value) for name, value in zip(step.columns, row, strict=True)}
-                    for row in cursor.fetchall()
-                ]
-                return len(rows), dumps_sorted(rows)
-            return cursor.rowcount, "null"
+    def _write(
+        self, conn: sqlite3.Connection, message_id: str, step: Plan, call_id: str, started: float
+    ) -> JsonObject:
+        """One write and its receipt (run where the tables are: in colony.db, on the writer
+        thread inside the transaction that will carry the reply); a message already answered
+        gets the recorded reply."""
+        receipts = self._name(_RECEIPTS_TABLE)
+        if self.receipts:
+            row = conn.execute(
+                f"SELECT reply FROM {receipts} WHERE message_id = ?", (message_id,)
+            ).fetchone()
+            if row is not None:
+                recorded: JsonObject = json.loads(row[0])
+                return recorded
+        try:
+            # Own file: bounded like a read. colony.db: never interrupted (see the docstring).
+            with bounded(conn, None if self.shared else self.query_timeout_ms):
+                if step.operation == "create_table":
+                    self._ensure_table(conn, step.table, step.new_columns)
+                    rows_affected = 0
+                else:
+                    rows_affected = conn.execute(step.sql, step.values).rowcount
+        except QueryTimeoutError:
+            return _error(step.operation, "query_timeout", "query exceeded query_timeout_ms", "")
+        except sqlite3.Error as exc:
+            if storage_failure(exc):
+                raise  # the storage's fault: the transaction is retried, with this write
+            reply = _result(step.operation, 0, started, str(exc), call_id, _classify(exc))
+        except OverflowError as exc:
+            reply = _result(step.operation, 0, started, str(exc), call_id, "type_mismatch")
+        else:
+            reply = _result(step.operation, rows_affected, started, "null", call_id, None)
+        if self.receipts and conn.in_transaction:
+            conn.execute(
+                f"INSERT INTO {receipts}(message_id, reply, at) VALUES (?, ?, ?)",
+                (message_id, json.dumps(reply), int(time.time())),
+            )
+            crash_point("store.write")
+        return reply
 
-    def _update_params(self, update: Any) -> str | None:
+    async def _update_params(self, update: Any) -> str | None:
         if not isinstance(update, dict):
             return "params must be an object"
         for key, value in update.items():
@@ -225,7 +332,14 @@ class StoreCell:
                 not isinstance(value, int) or isinstance(value, bool) or value < 1
             ):
                 return "params.query_timeout_ms must be an integer >= 1 or null"
-        self.overlay.save(update)
+        now = int(time.time())
+        rows = [(key, json.dumps(value), now) for key, value in update.items()]
+        sql = (
+            f"INSERT INTO {self._name(_PARAMS_TABLE)} (key, value, updated_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value, "
+            "updated_at = excluded.updated_at"
+        )
+        await self.tables.write(lambda conn: conn.executemany(sql, rows).rowcount)
         self.query_timeout_ms = update.get("query_timeout_ms", self.query_timeout_ms)
         return None
 

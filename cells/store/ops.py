@@ -17,6 +17,7 @@ from typing import Any
 
 from cells.store.params import SQL_TYPES, identifier_problem
 from cells.text import dumps_sorted
+from colony.celltables import quoted
 from colony.jsonwire import JsonRefused, loads
 
 Schema = Mapping[str, Mapping[str, str]]
@@ -194,18 +195,19 @@ class _Everything(Mapping[str, Any]):
 _ANY_SCHEMA = _Everything()
 
 
-def plan(args: dict[str, Any], schema: Schema) -> Plan:
-    """The statement for one call (see the module docstring for the two error families).
+def plan(args: dict[str, Any], schema: Schema, prefix: str = "") -> Plan:
+    """The statement for one call (see the module docstring for the two error families);
+    ``prefix`` goes before the table's name in the SQL (the cell's namespace in colony.db).
 
     Planned twice: first against a schema holding every name, so a malformed call is
     ``invalid_input`` whatever it names; then against ``schema``, which can only add an
     unknown table or column. Each pass is a few dictionary lookups.
     """
-    _plan(args, _ANY_SCHEMA)
-    return _plan(args, schema)
+    _plan(args, _ANY_SCHEMA, prefix)
+    return _plan(args, schema, prefix)
 
 
-def _plan(args: dict[str, Any], schema: Schema) -> Plan:
+def _plan(args: dict[str, Any], schema: Schema, prefix: str) -> Plan:
     operation = args.get("operation")
     if not isinstance(operation, str) or operation not in KNOWN_ARGS:
         raise ArgsError(
@@ -223,6 +225,7 @@ def _plan(args: dict[str, Any], schema: Schema) -> Plan:
     if operation == "create_table":
         return _create_table(args, schema)
     table = _table(operation, args, schema)
+    name = quoted(prefix + table)
     if operation == "insert":
         row = _row(operation, table, args.get("row"), "row", schema)
         names = ", ".join(f'"{c}"' for c in row)
@@ -230,7 +233,7 @@ def _plan(args: dict[str, Any], schema: Schema) -> Plan:
         return Plan(
             operation,
             table,
-            f'INSERT INTO "{table}" ({names}) VALUES ({marks})',
+            f"INSERT INTO {name} ({names}) VALUES ({marks})",
             list(row.values()),
         )
     if operation == "update":
@@ -238,15 +241,15 @@ def _plan(args: dict[str, Any], schema: Schema) -> Plan:
         where, bound = _where(operation, table, args.get("where"), schema)
         sets = ", ".join(f'"{c}" = ?' for c in changes)
         return Plan(
-            operation, table, f'UPDATE "{table}" SET {sets}{where}', [*changes.values(), *bound]
+            operation, table, f"UPDATE {name} SET {sets}{where}", [*changes.values(), *bound]
         )
     if operation == "delete":
         where, bound = _where(operation, table, args.get("where"), schema)
-        return Plan(operation, table, f'DELETE FROM "{table}"{where}', bound)
-    return _select(args, table, schema)
+        return Plan(operation, table, f"DELETE FROM {name}{where}", bound)
+    return _select(args, table, schema, name)
 
 
-def _select(args: dict[str, Any], table: str, schema: Schema) -> Plan:
+def _select(args: dict[str, Any], table: str, schema: Schema, name: str) -> Plan:
     op = "select"
     columns = args.get("columns")
     if not isinstance(columns, list) or not columns:
@@ -256,7 +259,7 @@ def _select(args: dict[str, Any], table: str, schema: Schema) -> Plan:
     sql = f"SELECT {'DISTINCT ' if args.get('distinct') is True else ''}"
     if "distinct" in args and not isinstance(args["distinct"], bool):
         raise ArgsError(op, "select: distinct must be true or false")
-    sql += ", ".join(f'"{c}"' for c in names) + f' FROM "{table}"{where}'
+    sql += ", ".join(f'"{c}"' for c in names) + f" FROM {name}{where}"
     order_by = args.get("order_by")
     if order_by is not None:
         if not isinstance(order_by, list):

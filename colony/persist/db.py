@@ -13,15 +13,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import queue
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from colony.dead_letters import DeadLetter
 from colony.effects import LogRow
-from colony.persist.items import Commit, Fence, Forget, Item, Registry, Stop, Unit
+from colony.persist.items import Commit, Execute, Fence, Forget, Item, Registry, Stop, Unit
 from colony.persist.journal import JournalSnapshot
 from colony.persist.records import (
     DeadLetterRow,
@@ -39,6 +41,8 @@ from colony.persist.writer import (
     UnitRejected,
     Writer,
 )
+
+T = TypeVar("T")
 
 __all__ = [
     "ColonyDb",
@@ -64,6 +68,26 @@ def _completion() -> tuple[asyncio.Future[None], Callable[[BaseException | None]
                 future.set_result(None)
 
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(resolve)
+
+    return future, done
+
+
+def _result() -> tuple[asyncio.Future[Any], Callable[[Any, BaseException | None], None]]:
+    """A future of the running loop for a result the writer thread produces."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def done(value: Any, error: BaseException | None) -> None:
+        def resolve() -> None:
+            if future.done():
+                return  # a retried transaction ran the work again: the first result stands
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(value)
+
+        with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(resolve)
 
     return future, done
@@ -100,6 +124,11 @@ class ColonyDb:
             target=self._writer.run, name="colony-db-writer", daemon=True
         )
         self._thread.start()
+
+    @property
+    def closed(self) -> bool:
+        """The writer has stopped: nothing more is written."""
+        return not self._thread.is_alive()
 
     @property
     def rows_written(self) -> int:
@@ -193,6 +222,23 @@ class ColonyDb:
         future, done = _completion()
         self._queue.put(Commit(unit, done))
         await future
+
+    def execute(
+        self,
+        work: Callable[[sqlite3.Connection], T],
+        ack: tuple[str, str] | None = None,
+        done: Callable[[BaseException | None], None] = _ignore,
+    ) -> asyncio.Future[T]:
+        """Run ``work`` on the writer's connection inside its current transaction (a cell's
+        tables, :mod:`colony.celltables`); the future resolves with its result once it ran.
+        ``done`` is called on the writer's thread once it is committed (it must not block).
+        ``ack`` (the handled message) holds the transaction open briefly for the unit that
+        acknowledges it."""
+        if not self._thread.is_alive():
+            raise StorageUnavailable("colony.db is closed")
+        executed, report = _result()
+        self._queue.put(Execute(work, ack, report, done))
+        return executed
 
     def commit_later(self, unit: Unit) -> None:
         """Hand a unit to the writer without waiting (a failure is reported by the writer)."""

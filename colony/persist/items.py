@@ -1,16 +1,21 @@
 """What the ``colony.db`` writer's queue carries: rows, units, and the barriers between them.
 
 A :class:`Unit` is the at-least-once hand-off (one handled message and everything it caused);
-the rest are single rows written outside any unit (at-most-once mode, boot, registry) and the
-writer's own barriers (:class:`Fence`, :class:`Stop`). Each :data:`Piece` can be applied, or
+an :class:`Execute` is a cell's own SQL run inside the writer's transaction (a store's write,
+committed with the unit that answers it); the rest are single rows written outside any unit
+(at-most-once mode, boot, registry) and the writer's own barriers (:class:`Fence`,
+:class:`Stop`). Each :data:`Piece` can be applied, or
 fail, on its own: that is what lets one bad unit fail alone.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+from colony.celltables import storage_failure
 from colony.dead_letters import DeadLetter
 from colony.effects import Delivery, LogRow
 from colony.envelope import Envelope
@@ -71,6 +76,46 @@ class Commit:
         self.done = done
 
 
+class Execute:
+    """A cell's SQL run on the writer's connection inside the current transaction (its tables
+    live in ``colony.db``, see :mod:`colony.celltables`). ``executed`` gets the work's result as
+    soon as it ran (or the exception it raised); ``done`` is told when it is committed, like a
+    :class:`Commit`. ``ack`` names the handled message whose unit the writer waits for, briefly,
+    before committing, so the write and that unit share one transaction."""
+
+    __slots__ = ("ack", "done", "executed", "work")
+
+    def __init__(
+        self,
+        work: Callable[[sqlite3.Connection], Any],
+        ack: tuple[str, str] | None,
+        executed: Callable[[Any, BaseException | None], None],
+        done: Done,
+    ) -> None:
+        self.work = work
+        self.ack = ack
+        self.executed = executed
+        self.done = done
+
+    def run(self, conn: sqlite3.Connection) -> None:
+        """Run the work in a savepoint; a retried transaction runs it again (the same writes
+        in the same order give the same results) and only the first result is reported. A
+        work that fails on its own (its SQL, a bug) is undone and its error handed to the
+        cell; one the storage failed passes on, and the writer keeps the transaction."""
+        conn.execute("SAVEPOINT cell_sql")
+        try:
+            result = self.work(conn)
+        except Exception as exc:
+            if storage_failure(exc) or not conn.in_transaction:
+                raise
+            conn.execute("ROLLBACK TO cell_sql")
+            conn.execute("RELEASE cell_sql")
+            self.executed(None, exc)
+            return
+        conn.execute("RELEASE cell_sql")
+        self.executed(result, None)
+
+
 class Fence:
     """Passes once everything queued before it was tried (committed, rejected, or kept for a
     retry while the storage is unavailable: reads then see what is committed)."""
@@ -85,7 +130,7 @@ class Stop:
     pass
 
 
-Piece = LogRow | DeadLetter | Registry | Forget | Commit
+Piece = LogRow | DeadLetter | Registry | Forget | Commit | Execute
 """What one writer transaction applies; each can be applied, or fail, on its own."""
 
 Item = Piece | Fence | Stop

@@ -15,7 +15,7 @@ from colony.dead_letters import DeadLetter, DeadLetterCode
 from colony.effects import LogRow
 from colony.envelope import Envelope
 from colony.persist.escape import storable_json, storable_optional, storable_text
-from colony.persist.items import Commit, Forget, Piece, Registry, Unit
+from colony.persist.items import Commit, Execute, Forget, Piece, Registry, Unit
 from colony.persist.schema import MESSAGE_LOG_COLUMNS, MESSAGE_LOG_SELECT
 
 _LOG_MARKS = ",".join("?" * len(MESSAGE_LOG_COLUMNS))
@@ -118,6 +118,8 @@ class Rows:
                 self.letter(piece)
             case Forget():
                 self.forgets.append((piece.seq,))
+            case Execute():
+                piece.run(conn)
             case Registry():
                 self.registry.append(
                     (

@@ -27,18 +27,21 @@ import contextlib
 import queue
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from colony.crashpoints import crash_point
 from colony.dead_letters import DeadLetter
 from colony.errors import ColonyError
 from colony.persist.escape import storable_text
-from colony.persist.items import Commit, Fence, Item, Piece, Stop
+from colony.persist.items import Commit, Execute, Fence, Item, Piece, Stop
 from colony.persist.rows import UNSTORABLE, Rows, describe, unstorable_letters
 
 BATCH = 1024
 """Items taken from the queue per transaction, at most."""
+
+LINGER_S = 0.05
+"""How long a transaction that ran a cell's write stays open for the unit that answers it."""
 
 _RETRY_FIRST_S = 0.05
 _RETRY_MAX_S = 2.0
@@ -114,6 +117,8 @@ class Writer:
         """Set when ``colony.db`` was deleted or replaced: nothing is written any more."""
         self.abandoned = 0
         """Pieces still kept when the writer was stopped."""
+        self._late: list[Fence | Stop] = []
+        """Barriers met while a transaction waited for a unit (see ``_linger``)."""
 
     def _event(self, name: str, **fields: Any) -> None:
         if self.on_event is not None:
@@ -131,6 +136,10 @@ class Writer:
                 self._commit(work)
             elif self.storage_error is not None and self.lost is None and not stop:
                 self._probe()
+            if self._late:
+                late, self._late = self._late, []
+                fences += [b for b in late if isinstance(b, Fence)]
+                stop = stop or any(isinstance(b, Stop) for b in late)
             for fence in fences:
                 fence.done(None)
             if stop:
@@ -176,7 +185,7 @@ class Writer:
             self._commit(kept)  # one last try
         self.abandoned = len(self.kept)
         for piece in self.kept:
-            if isinstance(piece, Commit):
+            if isinstance(piece, Commit | Execute):
                 piece.done(StorageUnavailable("the daemon stopped before colony.db came back"))
         if self.kept:
             self._event(
@@ -208,20 +217,48 @@ class Writer:
             return
         self._committed(counts)
         for piece in work:
-            if isinstance(piece, Commit):
+            if isinstance(piece, Commit | Execute):
                 piece.done(None)
 
-    def _transaction(self, work: Sequence[Piece]) -> tuple[int, int]:
+    def _transaction(self, work: list[Piece]) -> tuple[int, int]:
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         rows = Rows()
         for piece in work:
             rows.add(conn, piece)
+        self._linger(conn, rows, work)
         rows.write(conn)
         if any(isinstance(piece, Commit) for piece in work):
             crash_point("journal.commit")
         conn.execute("COMMIT")
         return len(rows.logs) + len(rows.letters), len(rows.inserts)
+
+    def _linger(self, conn: sqlite3.Connection, rows: Rows, work: list[Piece]) -> None:
+        """Keep the transaction open until the unit acknowledging each message whose cell
+        wrote in it has arrived, applying whatever comes meanwhile, so a write and its reply
+        commit together. After ``LINGER_S`` it commits anyway (the reply's unit then commits
+        in a later transaction; a crash between is what the store's receipts are for)."""
+        waiting = {p.ack for p in work if isinstance(p, Execute) and p.ack is not None}
+        if not waiting:
+            return
+        waiting.difference_update(p.unit.ack for p in work if isinstance(p, Commit))
+        deadline = time.monotonic() + LINGER_S
+        while waiting:
+            try:
+                item = self.items.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return
+            if isinstance(item, Fence | Stop):
+                self._late.append(item)
+                if isinstance(item, Stop):
+                    return
+                continue
+            work.append(item)
+            rows.add(conn, item)
+            if isinstance(item, Commit):
+                waiting.discard(item.unit.ack)
+            elif isinstance(item, Execute) and item.ack is not None:
+                waiting.add(item.ack)
 
     def _rollback(self) -> None:
         try:
@@ -299,7 +336,7 @@ class Writer:
         self._committed((counts[0], counts[1]))
         bad = {id(piece) for piece, _ in failed}
         for piece in work:
-            if isinstance(piece, Commit) and id(piece) not in bad:
+            if isinstance(piece, Commit | Execute) and id(piece) not in bad:
                 piece.done(None)
         for piece, error in failed:
             self.rejected += 1
@@ -350,6 +387,15 @@ class Writer:
                 f"{UNSTORABLE}",
             )
             piece.done(UnitRejected(reason))
+        elif isinstance(piece, Execute):
+            self._event(
+                "cell_sql_failed",
+                error=reason,
+                detail="a cell's SQL failed inside the colony.db transaction; the rest of the "
+                "transaction was committed without it and the cell was given the error",
+            )
+            piece.executed(None, exc)
+            piece.done(None)
         else:
             self._event(
                 "colony_db_row_rejected",

@@ -7,7 +7,8 @@ at one point of the turn:
 
 * on the arrival of the k-th model request (mid provider call);
 * at a named crash point inside the daemon (``colony.crashpoints``): inside a store write
-  before its COMMIT, inside a journal transaction before its COMMIT, after a provider answered
+  (run in the colony.db transaction that will carry its reply) before its COMMIT, inside a
+  journal transaction before its COMMIT, after a provider answered
   and before the llm cell returned, after Telegram accepted the answer and before the proxy's
   hand-off was committed;
 * after a random delay.
@@ -146,9 +147,8 @@ def read(db: Path, sql: str) -> list[tuple[Any, ...]]:
 
 
 def thread_rows(tree: Path) -> list[tuple[Any, ...]]:
-    return read(
-        tree / "main" / "memory" / "cell.db", "SELECT turn_id, iter, role, turn FROM thread"
-    )
+    """The store's thread table: in colony.db, named by the store's path."""
+    return read(tree / "colony.db", 'SELECT turn_id, iter, role, turn FROM "/memory:thread"')
 
 
 def log_events(tree: Path) -> list[dict[str, Any]]:

@@ -49,6 +49,11 @@ async def ask(colony: ColonyHarness, args: Any, call_id: str = "call-1", **kw: A
     return reply
 
 
+async def count(cell: Any, sql: str) -> int:
+    """One number read from a store cell's own tables."""
+    return int(await cell.tables.read(lambda conn: conn.execute(sql).fetchone()[0]))
+
+
 def row(**values: Any) -> dict[str, Any]:
     return {"operation": "insert", "table": "thread", "row": values}
 
@@ -428,11 +433,11 @@ async def test_one_guarded_update_among_200_concurrent_contenders_wins_every_tim
 
 
 async def test_a_redelivered_write_is_answered_from_its_receipt_not_written_twice() -> None:
-    from cells.store.cell import StoreCell
+    from cells.store.cell import open_store
     from colony.envelope import source_message
     from colony.testing import spec_for
 
-    cell = StoreCell(spec_for("/memory", {"schema": SCHEMA}))
+    cell = await open_store(spec_for("/memory", {"schema": SCHEMA}))
     try:
         insert = source_message(
             "/memory", call(row(turn_id="t1", iter=0, role="user", turn={}), "c1")
@@ -440,27 +445,27 @@ async def test_a_redelivered_write_is_answered_from_its_receipt_not_written_twic
         first = await cell.handle(insert)
         again = await cell.handle(insert)  # the journal gives it back after a crash
         assert again[0].content == first[0].content
-        assert cell.conn.execute("SELECT count(*) FROM thread").fetchone()[0] == 1
+        assert await count(cell, "SELECT count(*) FROM thread") == 1
         other = source_message("/memory", insert.body)  # same body, a new message
         await cell.handle(other)
-        assert cell.conn.execute("SELECT count(*) FROM thread").fetchone()[0] == 2
+        assert await count(cell, "SELECT count(*) FROM thread") == 2
     finally:
         await cell.close()
 
 
 async def test_under_at_most_once_a_write_keeps_no_receipt() -> None:
-    from cells.store.cell import StoreCell
+    from cells.store.cell import open_store
     from colony.config.models import ColonyConfig
     from colony.envelope import source_message
     from colony.testing import spec_for
 
     spec = spec_for("/memory", {"schema": SCHEMA})
-    cell = StoreCell(dataclasses.replace(spec, colony=ColonyConfig(delivery="at_most_once")))
+    cell = await open_store(dataclasses.replace(spec, colony=ColonyConfig(delivery="at_most_once")))
     try:
         insert = source_message("/memory", call(row(turn_id="t1", iter=0, role="user", turn={})))
         await cell.handle(insert)
         await cell.handle(insert)
-        assert cell.conn.execute("SELECT count(*) FROM thread").fetchone()[0] == 2
-        assert cell.conn.execute("SELECT count(*) FROM store_receipts").fetchone()[0] == 0
+        assert await count(cell, "SELECT count(*) FROM thread") == 2
+        assert await count(cell, "SELECT count(*) FROM store_receipts") == 0
     finally:
         await cell.close()

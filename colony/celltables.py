@@ -1,0 +1,88 @@
+"""Tables a cell keeps in the colony's own database: the seam between a cell and the SQL.
+
+A ``store`` cell's write, its receipt and the hand-off that answers it must commit as one
+step. SQLite cannot commit across two files atomically in WAL mode, so a cell that wants that
+keeps its tables in ``colony.db`` and runs its SQL through :class:`CellTables`: a write is a
+function run on the colony's writer connection, inside the writer's current transaction (the
+one that will carry the reply's hand-off); a read is a function run on a read connection, on
+the event loop, that sees every write the cell made before.
+
+The work functions take a DB-API connection (``sqlite3.Connection`` for SQLite). A backend for
+another database implements the same protocol with its own connection; the cell's SQL is the
+only dialect-bound part.
+
+Each cell's tables are namespaced by its path: the table ``thread`` of the cell ``/memory`` is
+``"/memory:thread"`` in ``colony.db`` (:func:`table_name`). No kernel table starts with ``/``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+T = TypeVar("T")
+
+Work = Callable[[sqlite3.Connection], T]
+"""SQL run against the cell's tables; returns what the cell needs of it."""
+
+
+_STORAGE_CODES = frozenset({5, 6, 7, 8, 10, 11, 13, 14, 15, 26})
+"""SQLite primary result codes that blame the storage (busy, locked, no memory, read-only, I/O,
+corrupt, full, cannot open, protocol, not a database), as the colony.db writer counts them."""
+
+
+def storage_failure(exc: BaseException) -> bool:
+    """True when a work's SQL failed for the storage, not for what it asked: the work must let
+    it through (the writer keeps the transaction and retries it), not answer it as a result."""
+    if isinstance(exc, OSError):
+        return True
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF in _STORAGE_CODES
+
+
+def table_name(cell_path: str, table: str) -> str:
+    """The name of the cell's ``table`` in the colony's database (unquoted)."""
+    return f"{cell_path}:{table}"
+
+
+def quoted(name: str) -> str:
+    """``name`` as an SQL identifier (double quotes, inner ones doubled)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+class CellTables(Protocol):
+    """One cell's tables and the two ways to reach them."""
+
+    prefix: str
+    """Put before a table's name to make its name in the database."""
+
+    async def write(self, work: Work[T], *, ack: tuple[str, str] | None = None) -> T:
+        """Run ``work`` on the writer's connection, in its current transaction, and return its
+        result as soon as it ran (before the commit). ``ack`` is ``(message id, cell path)`` of
+        the message being handled: the writer keeps the transaction open, briefly, for the
+        hand-off that acknowledges it, so the write and its reply commit together. Nothing
+        delivered after that hand-off can see the write uncommitted. A ``work`` that raises a
+        storage error is retried with the rest of its transaction; any other exception is
+        raised here, and nothing of that ``work`` is kept."""
+        ...
+
+    async def committed(self) -> None:
+        """Return once every write made so far is committed."""
+        ...
+
+    async def read(self, work: Work[T]) -> T:
+        """Run ``work`` on a read connection, after every write made so far is committed."""
+        ...
+
+    async def close(self) -> None:
+        """Release the read connection."""
+        ...
+
+
+class TablesHost(Protocol):
+    """What the colony hands a cell spec: its database, for cells that keep tables there."""
+
+    def tables(self, cell_path: str) -> CellTables:
+        """The tables of the cell at ``cell_path`` (nothing is opened until first use)."""
+        ...
