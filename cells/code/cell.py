@@ -22,6 +22,7 @@ from typing import Any
 
 from cells.code.isolation import job_environment, remove_directory, working_directory
 from cells.code.params import INLINE_ARG_LIMIT, CodeParams
+from cells.code.pool import PoolSettings, WorkerPool
 from cells.code.process import Limits, ProcessError, RunResult
 from cells.code.wire import (
     DETAIL_LIMIT,
@@ -88,8 +89,26 @@ class CodeCell:
         else:
             self._argv = [runner, str(self._file)]
         self._zygote = shared_zygote(interpreter) if p.forks else None
+        self._pool: WorkerPool | None = None
+        if p.pools and self._zygote is not None:
+            self._pool = WorkerPool(
+                self._zygote,
+                PoolSettings(
+                    script=self._script,
+                    path=None if self._file is None else str(self._file),
+                    cwd=self._cwd,
+                    env=self._env,
+                    limits=self.limits,
+                    max_output_bytes=p.max_output_bytes,
+                    max_jobs=p.pool_max_jobs,
+                    max_rss_mb=p.pool_max_rss_mb,
+                    size=p.max_concurrency,
+                ),
+            )
 
     async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
         if self._temp is not None:
             with contextlib.suppress(FileNotFoundError):
                 self._temp.unlink()
@@ -99,6 +118,8 @@ class CodeCell:
 
     async def _run(self, stdin: bytes) -> RunResult:
         p = self.params
+        if self._pool is not None:
+            return await self._pool.run(stdin, timeout=p.timeout)
         if self._zygote is not None:
             await self._zygote.start()
             return await self._zygote.run(

@@ -1,0 +1,469 @@
+"""A warm worker of one ``isolation: "pool"`` code cell: it runs the cell's script for message
+after message in this one process — no fork, no exec per message.
+
+A forked job costs a fork, a page-table copy, copy-on-write faults and a reap per message; this
+process pays its start once. The daemon (``cells/code/pool.py``) has the zygote start it as an
+ordinary job of the cell, so it already has what a forked job gets: the allow-listed
+environment, the cell's folder as working directory, its own session as a child subreaper, the
+address-space and process limits. It is a standalone stdlib-only script, never imported by the
+daemon.
+
+Each message runs the script compiled once per version of the file (inode, size, modification
+time; an inline script once) in a fresh ``__main__`` module, with ``sys.stdin`` reading the
+message's JSON and ``sys.stdout``/``sys.stderr`` built like the interpreter's own streams for
+a pipe (same encoding, errors and buffering) over sinks that ship what they flush to the daemon.
+So a crash leaves behind exactly what a forked child's pipes would hold. ``SystemExit`` becomes
+the exit status; other exceptions print their traceback and exit 1, as the interpreter does.
+After the script: threads it left are joined (and the worker retires, as it does after a
+``MemoryError`` or past its RSS bound); exit functions it registered run; processes it left are
+killed; ``sys.path``, ``sys.argv``, ``os.environ``, the working directory, signal handlers and
+the alarm timer are put back. What imported modules hold persists: that is what pool gives up.
+
+Protocol (fd 0 is a Unix stream socket to the daemon when it starts; fds 1 and 2 are pipes the
+daemon reads as the running message's stdout and stderr, for what reaches them directly — a
+subprocess, ``os.write(1, …)``, C code):
+
+* daemon → worker: frames of a 4-byte big-endian length and a body. The first is the settings
+  (JSON: ``script`` or ``path``, ``cpu``, ``max_rss_kb``, ``stdout_cap``); each later one is
+  one message's stdin.
+* worker → daemon: frames of a kind byte, a 4-byte length and a body: ``o`` stdout bytes, ``e``
+  stderr bytes, ``x`` the end of the message: a signed 4-byte status (negative: the signal a
+  forked child would have died of) and a flags byte (1: this worker retires now and exits).
+"""
+
+from __future__ import annotations
+
+import _thread
+import atexit
+import builtins
+import contextlib
+import io
+import json
+import math
+import os
+import resource
+import signal
+import socket
+import struct
+import sys
+import traceback
+import types
+from collections.abc import Callable
+from typing import Any
+
+_LENGTH = struct.Struct(">I")
+_FRAME = struct.Struct(">cI")
+_END = struct.Struct(">ib")
+RETIRE = 1
+_REAP_ROUNDS = 20
+
+
+class Channel:
+    """The socket to the daemon. Sends are locked (a script's threads may flush while the main
+    thread does); a child a script forks (``os.fork``) drops it and writes to fds 1 and 2."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock: socket.socket | None = sock
+        self.lock = _thread.allocate_lock()
+        self.owner = os.getpid()
+
+    def forked(self) -> None:
+        """In a child a script forked: this socket is the worker's, not the child's."""
+        sock, self.sock = self.sock, None
+        if sock is not None:
+            sock.close()
+
+    def send(self, data: bytes) -> None:
+        if self.sock is None:
+            return
+        with self.lock:
+            self.sock.sendall(data)
+
+    def receive(self) -> bytes | None:
+        """The next frame's body; None at end of file."""
+        header = self._exactly(_LENGTH.size)
+        if header is None:
+            return None
+        (length,) = _LENGTH.unpack(header)
+        return self._exactly(length)
+
+    def _exactly(self, size: int) -> bytes | None:
+        assert self.sock is not None
+        chunks = []
+        while size:
+            chunk = self.sock.recv(min(size, 1 << 20))
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            size -= len(chunk)
+        return b"".join(chunks)
+
+
+class Sink(io.RawIOBase):
+    """The raw end of a job's ``sys.stdout`` or ``sys.stderr``: what the buffered stream above
+    it flushes goes to the daemon at once (``o``/``e`` frames), as a forked child's writes go
+    to its pipe; at the end of the job (``final``) it is held and sent with the end frame.
+    Stdout past ``cap`` is not sent beyond one byte over: the daemon stops the job there."""
+
+    def __init__(self, channel: Channel, kind: bytes, fd: int, cap: int | None) -> None:
+        super().__init__()
+        self.channel = channel
+        self.kind = kind
+        self.fd = fd
+        self.cap = cap
+        self.count = 0
+        self.final = False
+        self.ended = False
+        self.held: list[bytes] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.fd  # the daemon reads it as this job's stream too
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, data: Any) -> int:
+        size = len(data)
+        if self.ended:
+            return size  # a thread writing after its job was reported: nobody reads it
+        chunk = bytes(data)
+        if self.cap is not None:
+            room = self.cap + 1 - self.count
+            if room <= 0:
+                return size
+            chunk = chunk[:room]
+        self.count += len(chunk)
+        if self.channel.sock is None:
+            os.write(self.fd, chunk)
+        elif self.final:
+            self.held.append(chunk)
+        else:
+            self.channel.send(_FRAME.pack(self.kind, len(chunk)) + chunk)
+        return size
+
+    def frame(self) -> bytes:
+        """What was held at the end, as one frame (empty if nothing was)."""
+        self.ended = True
+        data = b"".join(self.held)
+        self.held = []
+        return _FRAME.pack(self.kind, len(data)) + data if data else b""
+
+
+def _text_writer(sink: Sink, model: Any) -> io.TextIOWrapper:
+    """A text stream over ``sink`` built like ``model`` (the interpreter's own stream for a
+    pipe): same encoding, error handler and buffering."""
+    binary: Any = sink
+    if isinstance(getattr(model, "buffer", None), io.BufferedWriter):
+        binary = io.BufferedWriter(sink)
+    return io.TextIOWrapper(
+        binary,
+        encoding=getattr(model, "encoding", None) or "utf-8",
+        errors=getattr(model, "errors", None) or "strict",
+        newline="\n",
+        line_buffering=bool(getattr(model, "line_buffering", False)),
+        write_through=bool(getattr(model, "write_through", False)),
+    )
+
+
+def _exit_code_of(exc: SystemExit, stderr: Any) -> int:
+    """What the interpreter does with an uncaught SystemExit."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    with contextlib.suppress(Exception):
+        stderr.write(f"{code}\n")
+    return 1
+
+
+def _flush(stream: Any) -> None:
+    try:
+        if stream is not None:
+            stream.flush()
+    except Exception:
+        pass
+
+
+class Worker:
+    """One cell's script, run once per message in this process."""
+
+    def __init__(self, channel: Channel, settings: dict[str, Any]) -> None:
+        self.channel = channel
+        self.script: str | None = settings.get("script")
+        self.path: str | None = settings.get("path")
+        self.cpu: int | None = settings.get("cpu")
+        self.max_rss_kb: int | None = settings.get("max_rss_kb")
+        self.stdout_cap: int = int(settings.get("stdout_cap") or 4 * 1024 * 1024)
+        self.code: types.CodeType | None = None
+        self.code_key: tuple[int, int, int] | None = None
+        if self.script is not None:
+            with contextlib.suppress(Exception):
+                self.code = compile(self.script, "<string>", "exec", dont_inherit=True)
+        self.cpu_base = -1
+        self.models: tuple[Any, Any, Any] = (sys.__stdin__, sys.__stdout__, sys.__stderr__)
+        self.main = sys.modules["__main__"]
+        self.argv = list(sys.argv)
+        self.base_path = list(sys.path)
+        self.cwd = os.getcwd()
+        self.environ = dict(os.environ)
+        self.environ_data = dict(getattr(os.environ, "_data", {}))
+        self.signals: dict[int, Any] = {}
+        self.exits: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = []
+        self.running = False
+        self._install_hooks()
+
+    # -- what a script may change of the interpreter, tracked so it can be put back
+
+    def _install_hooks(self) -> None:
+        real_signal = signal.signal
+        real_register = atexit.register
+        real_unregister = atexit.unregister
+        worker = self
+
+        def tracked_signal(signum: Any, handler: Any) -> Any:
+            previous = real_signal(signum, handler)
+            if worker.running:
+                worker.signals.setdefault(int(signum), previous)
+            return previous
+
+        def job_register(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            # A function of the script runs when its job ends, as it would at a forked
+            # child's exit; a library's runs when this worker ends.
+            if worker.running and getattr(func, "__module__", None) == "__main__":
+                worker.exits.append((func, args, kwargs))
+                return func
+            return real_register(func, *args, **kwargs)
+
+        def job_unregister(func: Callable[..., Any]) -> None:
+            worker.exits[:] = [entry for entry in worker.exits if entry[0] != func]
+            real_unregister(func)
+
+        signal.signal = tracked_signal  # type: ignore[assignment]
+        atexit.register = job_register  # type: ignore[assignment]
+        atexit.unregister = job_unregister
+        self._real_signal = real_signal
+        os.register_at_fork(after_in_child=self.channel.forked)
+        # A script's SIGXCPU must not leave a core file behind (nor must a crash).
+        _soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
+
+    # -- one job
+
+    def compiled(self) -> tuple[types.CodeType | None, str | bytes | None]:
+        """The code to run, compiled once per version of the script file; or the source to
+        compile in the job (so its error is reported there); or neither: the file cannot
+        be read (``OSError`` raised)."""
+        if self.path is None:
+            return self.code, self.script or ""
+        info = os.stat(self.path)
+        key = (info.st_ino, info.st_size, info.st_mtime_ns)
+        if key != self.code_key or self.code is None:
+            with open(self.path, "rb") as handle:
+                source = handle.read()
+            try:
+                self.code = compile(source, self.path, "exec", dont_inherit=True)
+            except Exception:
+                self.code, self.code_key = None, None
+                return None, source
+            self.code_key = key
+        return self.code, None
+
+    def set_cpu_limit(self) -> None:
+        """RLIMIT_CPU counts this process's whole life: the job gets ``cpu`` seconds (at most
+        one more) from now, then SIGXCPU kills the worker as it would a forked child."""
+        if self.cpu is None:
+            return
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        base = math.ceil(usage.ru_utime + usage.ru_stime)
+        if base == self.cpu_base:
+            return
+        _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        soft = base + self.cpu
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+        self.cpu_base = base
+
+    def run(self, stdin: bytes) -> None:
+        self.set_cpu_limit()
+        model_in, model_out, model_err = self.models
+        out = Sink(self.channel, b"o", 1, self.stdout_cap)
+        err = Sink(self.channel, b"e", 2, None)
+        stdout = _text_writer(out, model_out)
+        stderr = _text_writer(err, model_err)
+        stdin_stream = io.TextIOWrapper(
+            io.BytesIO(stdin),
+            encoding=getattr(model_in, "encoding", None) or "utf-8",
+            errors=getattr(model_in, "errors", None) or "strict",
+            newline="\n",
+        )
+        sys.stdin, sys.stdout, sys.stderr = stdin_stream, stdout, stderr
+        main = types.ModuleType("__main__")
+        namespace = main.__dict__
+        namespace["__builtins__"] = builtins
+        sys.modules["__main__"] = main
+        safe_path = bool(getattr(sys.flags, "safe_path", False))
+        if self.path is None:
+            sys.argv = ["-c"]
+            entry = ""
+        else:
+            sys.argv = [self.path]
+            namespace["__file__"] = self.path
+            namespace["__cached__"] = None
+            entry = os.path.dirname(os.path.realpath(self.path))
+        sys.path[:] = self.base_path if safe_path else [entry, *self.base_path]
+        retire = False
+        self.running = True
+        try:
+            status, retire = self.execute(namespace)
+            if _thread._count():  # threads the script left: what a forked child's exit does
+                retire = True
+                threading = sys.modules.get("threading")
+                if threading is not None:
+                    with contextlib.suppress(BaseException):  # as at exit: go on regardless
+                        threading._shutdown()
+            self.run_exits(stderr)
+        finally:
+            self.running = False
+        if os.getpid() != self.channel.owner:  # a child the script forked ends here
+            for stream in (sys.stdout, sys.stderr, stdout, stderr):
+                _flush(stream)
+            os._exit(status & 0xFF if status >= 0 else 1)
+        out.final = err.final = True
+        # sys.__stdout__/__stderr__ are the worker's own streams on fds 1 and 2: what a script
+        # wrote there reaches the daemon's pipes now, before the end frame.
+        streams: tuple[Any, ...] = (sys.stdout, sys.stderr, stdout, stderr, *self.models[1:])
+        for stream in streams:
+            _flush(stream)
+        self.restore()
+        if self.reap_leftovers():
+            retire = True
+        if (
+            self.max_rss_kb is not None
+            and resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > self.max_rss_kb
+        ):
+            retire = True
+        end = _FRAME.pack(b"x", _END.size) + _END.pack(status, RETIRE if retire else 0)
+        self.channel.send(out.frame() + err.frame() + end)
+        if retire:
+            os._exit(0)
+
+    def execute(self, namespace: dict[str, Any]) -> tuple[int, bool]:
+        """Run the script as ``__main__``: its status, and whether the worker must retire."""
+        try:
+            code, source = self.compiled()
+        except OSError as exc:
+            sys.stderr.write(
+                f"{os.path.basename(sys.executable)}: can't open file {self.path!r}: "
+                f"[Errno {exc.errno}] {exc.strerror}\n"
+            )
+            return 2, False
+        try:
+            if code is None:
+                code = compile(source or "", self.path or "<string>", "exec", dont_inherit=True)
+            exec(code, namespace)
+        except SystemExit as exc:
+            return _exit_code_of(exc, sys.stderr), False
+        except BaseException as exc:
+            # Drop this frame: the traceback starts at the script, as the interpreter's does.
+            with contextlib.suppress(Exception):
+                traceback.print_exception(
+                    type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None
+                )
+            if isinstance(exc, KeyboardInterrupt):
+                return -int(signal.SIGINT), False
+            # The heap may be left fragmented or half-filled: start the next job afresh.
+            return 1, isinstance(exc, MemoryError)
+        return 0, False
+
+    def run_exits(self, stderr: Any) -> None:
+        """The exit functions the script registered, last first, as at interpreter exit."""
+        while self.exits:
+            func, args, kwargs = self.exits.pop()
+            try:
+                func(*args, **kwargs)
+            except SystemExit:
+                pass
+            except BaseException:
+                try:
+                    stderr.write(f"Exception ignored in atexit callback: {func!r}\n")
+                    traceback.print_exc(file=stderr)
+                except Exception:
+                    pass
+
+    def restore(self) -> None:
+        """Put back what the job may have changed of the interpreter (cheap when nothing was)."""
+        sys.stdin, sys.stdout, sys.stderr = self.models
+        sys.modules["__main__"] = self.main
+        sys.argv = list(self.argv)
+        sys.path[:] = self.base_path
+        if getattr(os.environ, "_data", None) != self.environ_data:
+            for name in [name for name in os.environ if name not in self.environ]:
+                del os.environ[name]
+            for name, value in self.environ.items():
+                if os.environ.get(name) != value:
+                    os.environ[name] = value
+        try:
+            if os.getcwd() != self.cwd:
+                os.chdir(self.cwd)
+        except OSError:
+            os.chdir(self.cwd)
+        for signum, handler in self.signals.items():
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                self._real_signal(signum, handler)
+        self.signals.clear()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+    def reap_leftovers(self) -> bool:
+        """Kill and reap every process the job left (as a forked job's tree ends with it);
+        True when some could not be reaped (the worker then retires and the zygote kills its
+        tree). Costs one ``waitid`` when the job started none."""
+        me = os.getpid()
+        for _ in range(_REAP_ROUNDS):
+            try:
+                os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return False
+            try:
+                with open(f"/proc/self/task/{me}/children") as handle:
+                    pids = [int(pid) for pid in handle.read().split()]
+            except OSError:
+                return True
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            for pid in pids:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+        return True
+
+
+def main() -> None:
+    # The socket moves off fd 0 (close-on-exec: a script's subprocess must not inherit it);
+    # fd 0 becomes /dev/null, as the job's stdin is in memory.
+    sock = socket.socket(fileno=os.dup(0))
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    sock.setblocking(True)
+    channel = Channel(sock)
+    # The zygote put this file's folder first on sys.path, as for any script: scripts must
+    # not import the daemon's modules from here.
+    here = os.path.dirname(os.path.realpath(__file__))
+    if sys.path and sys.path[0] == here:
+        del sys.path[0]
+    settings = channel.receive()
+    if settings is None:
+        return
+    worker = Worker(channel, json.loads(settings))
+    while (stdin := channel.receive()) is not None:
+        worker.run(stdin)
+
+
+if __name__ == "__main__":
+    main()
+    os._exit(0)
