@@ -66,6 +66,7 @@ class Channel:
         self.sock: socket.socket | None = sock
         self.lock = _thread.allocate_lock()
         self.owner = os.getpid()
+        self.inbox = bytearray()
 
     def forked(self) -> None:
         """In a child a script forked: this socket is the worker's, not the child's."""
@@ -80,30 +81,36 @@ class Channel:
             self.sock.sendall(data)
 
     def receive(self) -> bytes | None:
-        """The next frame's body; None at end of file."""
-        header = self._exactly(_LENGTH.size)
-        if header is None:
-            return None
-        (length,) = _LENGTH.unpack(header)
-        return self._exactly(length)
-
-    def _exactly(self, size: int) -> bytes | None:
+        """The next frame's body (usually one ``recv``); None at end of file."""
         assert self.sock is not None
-        chunks = []
-        while size:
-            chunk = self.sock.recv(min(size, 1 << 20))
+        inbox = self.inbox
+        while True:
+            if len(inbox) >= _LENGTH.size:
+                (length,) = _LENGTH.unpack_from(inbox)
+                end = _LENGTH.size + length
+                if len(inbox) >= end:
+                    body = bytes(inbox[_LENGTH.size : end])
+                    del inbox[:end]
+                    return body
+                want = end - len(inbox)
+            else:
+                want = 0
+            chunk = self.sock.recv(max(want, 1 << 16))
             if not chunk:
                 return None
-            chunks.append(chunk)
-            size -= len(chunk)
-        return b"".join(chunks)
+            inbox += chunk
 
 
 class Sink(io.RawIOBase):
-    """The raw end of a job's ``sys.stdout`` or ``sys.stderr``: what the buffered stream above
-    it flushes goes to the daemon at once (``o``/``e`` frames), as a forked child's writes go
-    to its pipe; at the end of the job (``final``) it is held and sent with the end frame.
-    Stdout past ``cap`` is not sent beyond one byte over: the daemon stops the job there."""
+    """The raw end of ``sys.stdout`` or ``sys.stderr`` while a job runs: what the buffered
+    stream above it flushes goes to the daemon at once (``o``/``e`` frames), as a forked
+    child's writes go to its pipe; at the end of the job (``final``) it is held and sent with
+    the end frame; between jobs it is dropped. Stdout past ``cap`` is not sent beyond one byte
+    over: the daemon stops the job there.
+
+    The streams outlive a job (a logging handler an imported module keeps writes to the
+    running job's stderr, as under fork); they are built anew only when a script closed or
+    reconfigured them."""
 
     def __init__(self, channel: Channel, kind: bytes, fd: int, cap: int | None) -> None:
         super().__init__()
@@ -113,8 +120,12 @@ class Sink(io.RawIOBase):
         self.cap = cap
         self.count = 0
         self.final = False
-        self.ended = False
+        self.ended = True
         self.held: list[bytes] = []
+
+    def begin(self) -> None:
+        self.count = 0
+        self.final = self.ended = False
 
     def writable(self) -> bool:
         return True
@@ -147,25 +158,85 @@ class Sink(io.RawIOBase):
     def frame(self) -> bytes:
         """What was held at the end, as one frame (empty if nothing was)."""
         self.ended = True
+        if not self.held:
+            return b""
         data = b"".join(self.held)
         self.held = []
-        return _FRAME.pack(self.kind, len(data)) + data if data else b""
+        return _FRAME.pack(self.kind, len(data)) + data
 
 
-def _text_writer(sink: Sink, model: Any) -> io.TextIOWrapper:
-    """A text stream over ``sink`` built like ``model`` (the interpreter's own stream for a
-    pipe): same encoding, error handler and buffering."""
-    binary: Any = sink
-    if isinstance(getattr(model, "buffer", None), io.BufferedWriter):
-        binary = io.BufferedWriter(sink)
-    return io.TextIOWrapper(
-        binary,
-        encoding=getattr(model, "encoding", None) or "utf-8",
-        errors=getattr(model, "errors", None) or "strict",
-        newline="\n",
-        line_buffering=bool(getattr(model, "line_buffering", False)),
-        write_through=bool(getattr(model, "write_through", False)),
+def _shape(stream: Any) -> tuple[Any, ...]:
+    """What makes a text stream behave as it does (``reconfigure`` changes it)."""
+    return (
+        getattr(stream, "encoding", None) or "utf-8",
+        getattr(stream, "errors", None) or "strict",
+        bool(getattr(stream, "line_buffering", False)),
+        bool(getattr(stream, "write_through", False)),
     )
+
+
+class Output:
+    """A job's ``sys.stdout`` or ``sys.stderr``: a text stream over a :class:`Sink`, built like
+    ``model`` (the interpreter's own stream for a pipe: same encoding, error handler and
+    buffering), kept from job to job while a script leaves it as it is."""
+
+    def __init__(self, channel: Channel, kind: bytes, fd: int, cap: int | None, model: Any):
+        self.args = (channel, kind, fd, cap)
+        self.model = model
+        self.shape = _shape(model)
+        self.buffered = isinstance(getattr(model, "buffer", None), io.BufferedWriter)
+        self.sink: Sink
+        self.stream = self.build()
+
+    def build(self) -> io.TextIOWrapper:
+        self.sink = Sink(*self.args)
+        binary: Any = io.BufferedWriter(self.sink) if self.buffered else self.sink
+        encoding, errors, line_buffering, write_through = self.shape
+        return io.TextIOWrapper(
+            binary,
+            encoding=encoding,
+            errors=errors,
+            newline="\n",
+            line_buffering=line_buffering,
+            write_through=write_through,
+        )
+
+    def begin(self) -> io.TextIOWrapper:
+        """The stream for the next job: this one, unless the last job spoiled it."""
+        stream = self.stream
+        if stream.closed or _shape(stream) != self.shape:
+            stream = self.stream = self.build()
+        self.sink.begin()
+        return stream
+
+
+class Stdin(io.StringIO):
+    """A job's ``sys.stdin``: the message's text, and its bytes as ``buffer`` (a ten times
+    cheaper stream to make than a ``TextIOWrapper``, which is half a job's overhead)."""
+
+    def __init__(self, data: bytes, encoding: str, errors: str) -> None:
+        super().__init__(data.decode(encoding, errors), newline="\n")
+        self.buffer = io.BytesIO(data)  # type: ignore[misc]
+        self._shape = (encoding, errors)
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self._shape[0]
+
+    @property
+    def errors(self) -> str:  # type: ignore[override]
+        return self._shape[1]
+
+
+def _stdin(data: bytes, model: Any) -> io.TextIOBase:
+    """``sys.stdin`` holding ``data``, decoded as ``model`` (the interpreter's own stdin for a
+    pipe) would decode it."""
+    encoding = getattr(model, "encoding", None) or "utf-8"
+    errors = getattr(model, "errors", None) or "strict"
+    try:
+        return Stdin(data, encoding, errors)
+    except (UnicodeDecodeError, LookupError):  # the script meets the error when it reads
+        return io.TextIOWrapper(io.BytesIO(data), encoding, errors, newline="\n")
 
 
 def _exit_code_of(exc: SystemExit, stderr: Any) -> int:
@@ -197,14 +268,15 @@ class Worker:
         self.path: str | None = settings.get("path")
         self.cpu: int | None = settings.get("cpu")
         self.max_rss_kb: int | None = settings.get("max_rss_kb")
-        self.stdout_cap: int = int(settings.get("stdout_cap") or 4 * 1024 * 1024)
+        stdout_cap = int(settings.get("stdout_cap") or 4 * 1024 * 1024)
         self.code: types.CodeType | None = None
         self.code_key: tuple[int, int, int] | None = None
         if self.script is not None:
             with contextlib.suppress(Exception):
                 self.code = compile(self.script, "<string>", "exec", dont_inherit=True)
-        self.cpu_base = -1
         self.models: tuple[Any, Any, Any] = (sys.__stdin__, sys.__stdout__, sys.__stderr__)
+        self.stdout = Output(channel, b"o", 1, stdout_cap, self.models[1])
+        self.stderr = Output(channel, b"e", 2, None, self.models[2])
         self.main = sys.modules["__main__"]
         self.argv = list(sys.argv)
         self.base_path = list(sys.path)
@@ -212,14 +284,19 @@ class Worker:
         self.environ = dict(os.environ)
         self.environ_data = dict(getattr(os.environ, "_data", {}))
         self.signals: dict[int, Any] = {}
+        self.timers = False
         self.exits: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = []
         self.running = False
+        self.cpu_base = -1
         self._install_hooks()
+        self.set_cpu_limit(resource.getrusage(resource.RUSAGE_SELF))
 
     # -- what a script may change of the interpreter, tracked so it can be put back
 
     def _install_hooks(self) -> None:
         real_signal = signal.signal
+        real_alarm = signal.alarm
+        real_setitimer = signal.setitimer
         real_register = atexit.register
         real_unregister = atexit.unregister
         worker = self
@@ -229,6 +306,14 @@ class Worker:
             if worker.running:
                 worker.signals.setdefault(int(signum), previous)
             return previous
+
+        def tracked_alarm(seconds: int) -> int:
+            worker.timers = True
+            return real_alarm(seconds)
+
+        def tracked_setitimer(which: int, seconds: float, interval: float = 0.0) -> Any:
+            worker.timers = True
+            return real_setitimer(which, seconds, interval)
 
         def job_register(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             # A function of the script runs when its job ends, as it would at a forked
@@ -243,9 +328,12 @@ class Worker:
             real_unregister(func)
 
         signal.signal = tracked_signal  # type: ignore[assignment]
+        signal.alarm = tracked_alarm
+        signal.setitimer = tracked_setitimer
         atexit.register = job_register  # type: ignore[assignment]
         atexit.unregister = job_unregister
         self._real_signal = real_signal
+        self._real_setitimer = real_setitimer
         os.register_at_fork(after_in_child=self.channel.forked)
         # A script's SIGXCPU must not leave a core file behind (nor must a crash).
         _soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
@@ -254,9 +342,9 @@ class Worker:
     # -- one job
 
     def compiled(self) -> tuple[types.CodeType | None, str | bytes | None]:
-        """The code to run, compiled once per version of the script file; or the source to
-        compile in the job (so its error is reported there); or neither: the file cannot
-        be read (``OSError`` raised)."""
+        """The code to run, compiled once per version of the script file (an inline script
+        once); or the source to compile in the job, so its error is reported there. Raises
+        ``OSError`` when the file cannot be read."""
         if self.path is None:
             return self.code, self.script or ""
         info = os.stat(self.path)
@@ -272,15 +360,14 @@ class Worker:
             self.code_key = key
         return self.code, None
 
-    def set_cpu_limit(self) -> None:
-        """RLIMIT_CPU counts this process's whole life: the job gets ``cpu`` seconds (at most
-        one more) from now, then SIGXCPU kills the worker as it would a forked child."""
+    def set_cpu_limit(self, usage: Any) -> None:
+        """RLIMIT_CPU counts this process's whole life: the next job gets ``cpu`` seconds (at
+        most one more) from now, then SIGXCPU kills the worker as it would a forked child."""
         if self.cpu is None:
             return
-        usage = resource.getrusage(resource.RUSAGE_SELF)
         base = math.ceil(usage.ru_utime + usage.ru_stime)
         if base == self.cpu_base:
-            return
+            return  # the limit set for the last job still gives this one its share
         _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
         soft = base + self.cpu
         if hard != resource.RLIM_INFINITY:
@@ -289,24 +376,13 @@ class Worker:
         self.cpu_base = base
 
     def run(self, stdin: bytes) -> None:
-        self.set_cpu_limit()
-        model_in, model_out, model_err = self.models
-        out = Sink(self.channel, b"o", 1, self.stdout_cap)
-        err = Sink(self.channel, b"e", 2, None)
-        stdout = _text_writer(out, model_out)
-        stderr = _text_writer(err, model_err)
-        stdin_stream = io.TextIOWrapper(
-            io.BytesIO(stdin),
-            encoding=getattr(model_in, "encoding", None) or "utf-8",
-            errors=getattr(model_in, "errors", None) or "strict",
-            newline="\n",
-        )
-        sys.stdin, sys.stdout, sys.stderr = stdin_stream, stdout, stderr
+        stdout = self.stdout.begin()
+        stderr = self.stderr.begin()
+        sys.stdin, sys.stdout, sys.stderr = _stdin(stdin, self.models[0]), stdout, stderr
         main = types.ModuleType("__main__")
         namespace = main.__dict__
         namespace["__builtins__"] = builtins
         sys.modules["__main__"] = main
-        safe_path = bool(getattr(sys.flags, "safe_path", False))
         if self.path is None:
             sys.argv = ["-c"]
             entry = ""
@@ -315,8 +391,8 @@ class Worker:
             namespace["__file__"] = self.path
             namespace["__cached__"] = None
             entry = os.path.dirname(os.path.realpath(self.path))
+        safe_path = bool(getattr(sys.flags, "safe_path", False))
         sys.path[:] = self.base_path if safe_path else [entry, *self.base_path]
-        retire = False
         self.running = True
         try:
             status, retire = self.execute(namespace)
@@ -329,28 +405,27 @@ class Worker:
             self.run_exits(stderr)
         finally:
             self.running = False
-        if os.getpid() != self.channel.owner:  # a child the script forked ends here
-            for stream in (sys.stdout, sys.stderr, stdout, stderr):
-                _flush(stream)
-            os._exit(status & 0xFF if status >= 0 else 1)
-        out.final = err.final = True
         # sys.__stdout__/__stderr__ are the worker's own streams on fds 1 and 2: what a script
         # wrote there reaches the daemon's pipes now, before the end frame.
         streams: tuple[Any, ...] = (sys.stdout, sys.stderr, stdout, stderr, *self.models[1:])
+        if os.getpid() != self.channel.owner:  # a child the script forked ends here
+            for stream in streams:
+                _flush(stream)
+            os._exit(status & 0xFF if status >= 0 else 1)
+        self.stdout.sink.final = self.stderr.sink.final = True
         for stream in streams:
             _flush(stream)
         self.restore()
         if self.reap_leftovers():
             retire = True
-        if (
-            self.max_rss_kb is not None
-            and resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > self.max_rss_kb
-        ):
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        if self.max_rss_kb is not None and usage.ru_maxrss > self.max_rss_kb:
             retire = True
         end = _FRAME.pack(b"x", _END.size) + _END.pack(status, RETIRE if retire else 0)
-        self.channel.send(out.frame() + err.frame() + end)
+        self.channel.send(self.stdout.sink.frame() + self.stderr.sink.frame() + end)
         if retire:
             os._exit(0)
+        self.set_cpu_limit(usage)
 
     def execute(self, namespace: dict[str, Any]) -> tuple[int, bool]:
         """Run the script as ``__main__``: its status, and whether the worker must retire."""
@@ -389,11 +464,9 @@ class Worker:
             except SystemExit:
                 pass
             except BaseException:
-                try:
+                with contextlib.suppress(Exception):
                     stderr.write(f"Exception ignored in atexit callback: {func!r}\n")
                     traceback.print_exc(file=stderr)
-                except Exception:
-                    pass
 
     def restore(self) -> None:
         """Put back what the job may have changed of the interpreter (cheap when nothing was)."""
@@ -416,7 +489,10 @@ class Worker:
             with contextlib.suppress(OSError, ValueError, TypeError):
                 self._real_signal(signum, handler)
         self.signals.clear()
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        if self.timers:
+            for which in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
+                self._real_setitimer(which, 0)
+            self.timers = False
 
     def reap_leftovers(self) -> bool:
         """Kill and reap every process the job left (as a forked job's tree ends with it);

@@ -455,3 +455,72 @@ print(json.dumps({"header": {"found": found}, "messages": []}))
 """
     [reply] = await both(make_tree, script, "one")
     assert reply["hop"]["found"] == []
+
+
+async def test_a_logging_handler_an_imported_module_keeps_writes_to_each_messages_stderr(
+    make_tree: TreeFactory,
+) -> None:
+    """``logging.basicConfig`` binds the root logger (which persists) to ``sys.stderr`` once:
+    the worker's streams outlive a message, so every message's log lines are its own."""
+    script = """
+import json, logging, sys
+text = json.load(sys.stdin)["body"]["messages"][-1]["text"]
+logging.basicConfig(format="%(message)s")
+logging.warning("note from %s", text)
+print(json.dumps({"messages": []}))
+"""
+    got = await both(make_tree, script, "one", "two", max_concurrency=1)
+    assert [m["hop"]["had_stderr"] for m in got] == [True, True]
+
+
+async def test_a_script_that_replaces_or_closes_its_stdout_does_not_spoil_the_next_message(
+    make_tree: TreeFactory,
+) -> None:
+    script = """
+import io, json, sys
+text = json.load(sys.stdin)["body"]["messages"][-1]["text"]
+if text == "replace":
+    sys.stdout = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", errors="strict")
+if text == "reconfigure":
+    sys.stdout.reconfigure(errors="ignore", line_buffering=True)
+print(json.dumps({"header": {"text": text}, "messages": []}))
+if text == "close":
+    sys.stdout.close()
+"""
+    texts = ["replace", "plain", "reconfigure", "plain", "close", "plain"]
+    got = await both(make_tree, script, *texts, max_concurrency=1)
+    assert [m["hop"].get("text", m["hop"].get("error_code")) for m in got] == texts
+
+
+async def test_a_script_that_forks_gets_its_child_back_as_under_fork(
+    make_tree: TreeFactory,
+) -> None:
+    script = """
+import json, os, sys
+json.load(sys.stdin)
+pid = os.fork()
+if pid == 0:
+    sys.exit(5)  # the child ends here, as a forked job's child would
+_, status = os.waitpid(pid, 0)
+print(json.dumps({"header": {"child": os.waitstatus_to_exitcode(status)}, "messages": []}))
+"""
+    got = await both(make_tree, script, "one", "two", max_concurrency=1)
+    assert [m["hop"]["child"] for m in got] == [5, 5]
+
+
+async def test_a_pool_runs_at_most_max_concurrency_workers(make_tree: TreeFactory) -> None:
+    script = """
+import json, os, sys, time
+json.load(sys.stdin)
+time.sleep(0.2)
+print(json.dumps({"header": {"pid": os.getpid()}, "messages": []}))
+"""
+    async with ColonyHarness(
+        make_tree(tree(script, isolation="pool", max_concurrency=2)), capture=["/sink"]
+    ) as colony:
+        for n in range(6):
+            await colony.send("/", user(str(n)))
+        await colony.settle(timeout=60)
+        pids = {m.headers.hop["pid"] for m in colony.captured("/sink")}
+    assert len(colony.captured("/sink")) == 6
+    assert 1 <= len(pids) <= 2

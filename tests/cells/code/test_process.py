@@ -129,6 +129,11 @@ async def test_sys_exit_with_a_message_exits_1_and_prints_the_message(run: Run) 
     assert result.stderr == b"no luck\n"
 
 
+async def test_a_script_that_closes_its_stdout_exits_0_as_the_interpreter_does(run: Run) -> None:
+    result = await run("import sys; print('done'); sys.stdout.close()")
+    assert (result.exit_code, result.stdout) == (0, b"done\n")
+
+
 async def test_sys_exit_without_a_code_is_success(run: Run) -> None:
     result = await run("import sys; print('ok'); sys.exit()")
     assert (result.exit_code, result.stdout) == (0, b"ok\n")
