@@ -1,7 +1,9 @@
 """The ``code`` cell: run the user's script once per message.
 
 Stateless: up to ``max_concurrency`` messages run at once, each in a fresh process — forked
-from a warm worker for python3 scripts (about 2 ms), or spawned (tens of ms). The process runs
+from a warm worker for python3 scripts (about 2 ms), or spawned (tens of ms) — or, with
+``isolation: "pool"``, one after another in warm worker processes (:mod:`cells.code.pool`,
+no process per message). The process runs
 in the cell's own folder with an allow-listed environment plus ``params.env``, and at most
 ``params.max_processes`` processes (see :mod:`cells.code.isolation`,
 :mod:`cells.code.zygote_client`). Everything that goes wrong is an ordinary emission with

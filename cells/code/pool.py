@@ -60,7 +60,7 @@ class PoolSettings:
     """Idle workers kept: the cell's ``max_concurrency``."""
 
 
-class _Message:
+class _PoolMessage:
     """The message a worker is running: what it printed so far, and how it ended."""
 
     __slots__ = ("cap", "ended", "overflow", "stderr", "stderr_total", "stdout", "timed_out")
@@ -103,7 +103,7 @@ class _Message:
             self.ended.set_result(None)
 
 
-class _Worker:
+class _PoolWorker:
     """One worker process: its socket (frames), its stdout/stderr pipes (direct writes)."""
 
     def __init__(self, job: ZygoteJob, sock: socket.socket, out_fd: int, err_fd: int) -> None:
@@ -114,7 +114,7 @@ class _Worker:
         self.err_fd = err_fd
         self.jobs = 0
         self.dead = False
-        self.current: _Message | None = None
+        self.current: _PoolMessage | None = None
         self._inbox = bytearray()
         self._outbox = bytearray()
         self._writing = False
@@ -225,7 +225,7 @@ class _Worker:
     async def run(self, stdin: bytes, timeout: float, cap: int) -> tuple[RunResult, bool]:  # noqa: ASYNC109
         """Run one message: its result, and whether this worker may run another."""
         loop = self.loop
-        message = self.current = _Message(loop, cap)
+        message = self.current = _PoolMessage(loop, cap)
         self.jobs += 1
         started = loop.time()
         try:
@@ -261,7 +261,7 @@ class _Worker:
 
     @staticmethod
     def _result(
-        message: _Message, status: int, started: float, ended: float, *, timed_out: bool = False
+        message: _PoolMessage, status: int, started: float, ended: float, *, timed_out: bool = False
     ) -> RunResult:
         return RunResult(
             exit_code=status if status >= 0 else -1,
@@ -319,8 +319,8 @@ class WorkerPool:
     def __init__(self, zygote: Zygote, settings: PoolSettings) -> None:
         self.zygote = zygote
         self.settings = settings
-        self._idle: list[_Worker] = []
-        self._busy: set[_Worker] = set()
+        self._idle: list[_PoolWorker] = []
+        self._busy: set[_PoolWorker] = set()
         s = settings
         self._hello = json.dumps(
             {
@@ -358,7 +358,7 @@ class WorkerPool:
             worker.close()
         return result
 
-    async def _acquire(self) -> _Worker:
+    async def _acquire(self) -> _PoolWorker:
         loop = asyncio.get_running_loop()
         while self._idle:
             worker = self._idle.pop()
@@ -367,7 +367,7 @@ class WorkerPool:
             worker.close()
         return await self._start()
 
-    async def _start(self) -> _Worker:
+    async def _start(self) -> _PoolWorker:
         s = self.settings
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         out_r, out_w = os.pipe()
@@ -390,7 +390,7 @@ class WorkerPool:
         finally:
             theirs.close()
             close_fds([out_w, err_w])
-        worker = _Worker(job, ours, out_r, err_r)
+        worker = _PoolWorker(job, ours, out_r, err_r)
         worker.send(self._hello)
         return worker
 

@@ -55,10 +55,13 @@ _LENGTH = struct.Struct(">I")
 _FRAME = struct.Struct(">cI")
 _END = struct.Struct(">ib")
 RETIRE = 1
+PIPE_SLACK = 1 << 16
+"""What a pipe (Linux's default capacity) takes beyond the bytes its reader stopped at: a
+forked child writing that much past its cap blocks until it is killed."""
 _REAP_ROUNDS = 20
 
 
-class Channel:
+class DaemonChannel:
     """The socket to the daemon. Sends are locked (a script's threads may flush while the main
     thread does); a child a script forks (``os.fork``) drops it and writes to fds 1 and 2."""
 
@@ -101,7 +104,7 @@ class Channel:
             inbox += chunk
 
 
-class Sink(io.RawIOBase):
+class StreamSink(io.RawIOBase):
     """The raw end of ``sys.stdout`` or ``sys.stderr`` while a job runs: what the buffered
     stream above it flushes goes to the daemon at once (``o``/``e`` frames), as a forked
     child's writes go to its pipe; at the end of the job (``final``) it is held and sent with
@@ -112,7 +115,7 @@ class Sink(io.RawIOBase):
     running job's stderr, as under fork); they are built anew only when a script closed or
     reconfigured them."""
 
-    def __init__(self, channel: Channel, kind: bytes, fd: int, cap: int | None) -> None:
+    def __init__(self, channel: DaemonChannel, kind: bytes, fd: int, cap: int | None) -> None:
         super().__init__()
         self.channel = channel
         self.kind = kind
@@ -140,20 +143,32 @@ class Sink(io.RawIOBase):
         size = len(data)
         if self.ended:
             return size  # a thread writing after its job was reported: nobody reads it
-        chunk = bytes(data)
-        if self.cap is not None:
-            room = self.cap + 1 - self.count
-            if room <= 0:
-                return size
-            chunk = chunk[:room]
-        self.count += len(chunk)
-        if self.channel.sock is None:
-            os.write(self.fd, chunk)
-        elif self.final:
-            self.held.append(chunk)
-        else:
-            self.channel.send(_FRAME.pack(self.kind, len(chunk)) + chunk)
+        if self.channel.sock is None:  # in a child the script forked: fds 1 and 2 are pipes
+            view = memoryview(data).cast("B")
+            while view:
+                view = view[os.write(self.fd, view) :]
+            return size
+        before, self.count = self.count, self.count + size
+        cap = self.cap
+        chunk = bytes(data) if cap is None else bytes(data[: max(cap + 1 - before, 0)])
+        if chunk:
+            if self.final and (cap is None or self.count <= cap):
+                self.held.append(chunk)  # sent with the end frame
+            else:
+                held, self.held = b"".join(self.held), []
+                data_out = held + chunk
+                self.channel.send(_FRAME.pack(self.kind, len(data_out)) + data_out)
+        if cap is not None and self.count > cap + PIPE_SLACK:
+            self.stall()
         return size
+
+    def stall(self) -> None:
+        """Past the cap and what a pipe would still have taken: block, as a writer into a
+        full pipe does, until the daemon (which stopped reading at the cap) kills the worker."""
+        sock = self.channel.sock
+        while sock is not None and sock.recv(1 << 16):
+            pass  # nothing comes while a job runs; end of file: the daemon is gone
+        os._exit(1)
 
     def frame(self) -> bytes:
         """What was held at the end, as one frame (empty if nothing was)."""
@@ -175,21 +190,21 @@ def _shape(stream: Any) -> tuple[Any, ...]:
     )
 
 
-class Output:
-    """A job's ``sys.stdout`` or ``sys.stderr``: a text stream over a :class:`Sink`, built like
-    ``model`` (the interpreter's own stream for a pipe: same encoding, error handler and
-    buffering), kept from job to job while a script leaves it as it is."""
+class JobStream:
+    """A job's ``sys.stdout`` or ``sys.stderr``: a text stream over a :class:`StreamSink`,
+    built like ``model`` (the interpreter's own stream for a pipe: same encoding, error handler
+    and buffering), kept from job to job while a script leaves it as it is."""
 
-    def __init__(self, channel: Channel, kind: bytes, fd: int, cap: int | None, model: Any):
+    def __init__(self, channel: DaemonChannel, kind: bytes, fd: int, cap: int | None, model: Any):
         self.args = (channel, kind, fd, cap)
         self.model = model
         self.shape = _shape(model)
         self.buffered = isinstance(getattr(model, "buffer", None), io.BufferedWriter)
-        self.sink: Sink
+        self.sink: StreamSink
         self.stream = self.build()
 
     def build(self) -> io.TextIOWrapper:
-        self.sink = Sink(*self.args)
+        self.sink = StreamSink(*self.args)
         binary: Any = io.BufferedWriter(self.sink) if self.buffered else self.sink
         encoding, errors, line_buffering, write_through = self.shape
         return io.TextIOWrapper(
@@ -210,7 +225,7 @@ class Output:
         return stream
 
 
-class Stdin(io.StringIO):
+class JobStdin(io.StringIO):
     """A job's ``sys.stdin``: the message's text, and its bytes as ``buffer`` (a ten times
     cheaper stream to make than a ``TextIOWrapper``, which is half a job's overhead)."""
 
@@ -234,7 +249,7 @@ def _stdin(data: bytes, model: Any) -> io.TextIOBase:
     encoding = getattr(model, "encoding", None) or "utf-8"
     errors = getattr(model, "errors", None) or "strict"
     try:
-        return Stdin(data, encoding, errors)
+        return JobStdin(data, encoding, errors)
     except (UnicodeDecodeError, LookupError):  # the script meets the error when it reads
         return io.TextIOWrapper(io.BytesIO(data), encoding, errors, newline="\n")
 
@@ -259,10 +274,10 @@ def _flush(stream: Any) -> None:
         pass
 
 
-class Worker:
+class ScriptRunner:
     """One cell's script, run once per message in this process."""
 
-    def __init__(self, channel: Channel, settings: dict[str, Any]) -> None:
+    def __init__(self, channel: DaemonChannel, settings: dict[str, Any]) -> None:
         self.channel = channel
         self.script: str | None = settings.get("script")
         self.path: str | None = settings.get("path")
@@ -275,8 +290,8 @@ class Worker:
             with contextlib.suppress(Exception):
                 self.code = compile(self.script, "<string>", "exec", dont_inherit=True)
         self.models: tuple[Any, Any, Any] = (sys.__stdin__, sys.__stdout__, sys.__stderr__)
-        self.stdout = Output(channel, b"o", 1, stdout_cap, self.models[1])
-        self.stderr = Output(channel, b"e", 2, None, self.models[2])
+        self.stdout = JobStream(channel, b"o", 1, stdout_cap, self.models[1])
+        self.stderr = JobStream(channel, b"e", 2, None, self.models[2])
         self.main = sys.modules["__main__"]
         self.argv = list(sys.argv)
         self.base_path = list(sys.path)
@@ -526,7 +541,7 @@ def main() -> None:
     os.dup2(null, 0)
     os.close(null)
     sock.setblocking(True)
-    channel = Channel(sock)
+    channel = DaemonChannel(sock)
     # The zygote put this file's folder first on sys.path, as for any script: scripts must
     # not import the daemon's modules from here.
     here = os.path.dirname(os.path.realpath(__file__))
@@ -535,7 +550,7 @@ def main() -> None:
     settings = channel.receive()
     if settings is None:
         return
-    worker = Worker(channel, json.loads(settings))
+    worker = ScriptRunner(channel, json.loads(settings))
     while (stdin := channel.receive()) is not None:
         worker.run(stdin)
 
