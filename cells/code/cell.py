@@ -106,6 +106,8 @@ class CodeCell:
                     max_rss_mb=p.pool_max_rss_mb,
                     size=p.max_concurrency,
                 ),
+                log=self.log,
+                cell=self.path,
             )
 
     async def close(self) -> None:

@@ -24,6 +24,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cells.code.process import Limits, ProcessError, RunResult, close_fds
 from cells.code.zygote_client import Zygote, ZygoteJob
@@ -36,6 +37,13 @@ _LENGTH = struct.Struct(">I")
 _FRAME = struct.Struct(">cI")
 _END = struct.Struct(">ib")
 _RETIRE = 1
+_REASONS = {
+    2: "the script left a thread running",
+    4: "the script raised MemoryError",
+    8: "the script left a process behind",
+    16: "the worker's peak resident memory passed pool_max_rss_mb",
+}
+"""Why a worker retired by itself (the bits of its end frame's flags, see pool_worker.py)."""
 _CHUNK = 1 << 16
 _STDERR_TAIL = 8 * 1024
 _EXIT_GRACE = 5.0  # how long a killed or crashed worker may take to be reported as exited
@@ -114,6 +122,8 @@ class _PoolWorker:
         self.err_fd = err_fd
         self.jobs = 0
         self.dead = False
+        self.retired = 0
+        """The flags of the end frame that retired this worker (0: it did not)."""
         self.current: _PoolMessage | None = None
         self._inbox = bytearray()
         self._outbox = bytearray()
@@ -238,6 +248,8 @@ class _PoolWorker:
             ended_at = loop.time()
             if outcome is not None:  # the script ended (past its output cap or not)
                 status, flags = outcome
+                if flags & _RETIRE:
+                    self.retired = flags
                 reusable = not flags & _RETIRE and not message.overflow
                 return self._result(message, status, started, ended_at), reusable
             # Timed out, or the worker died (killed past its output cap, crashed, exited).
@@ -316,9 +328,14 @@ class _PoolWorker:
 class WorkerPool:
     """The warm workers of one ``isolation: "pool"`` cell (see the module docstring)."""
 
-    def __init__(self, zygote: Zygote, settings: PoolSettings) -> None:
+    def __init__(
+        self, zygote: Zygote, settings: PoolSettings, *, log: Any = None, cell: str = ""
+    ) -> None:
         self.zygote = zygote
         self.settings = settings
+        self.log = log
+        self.cell = cell
+        self._told: set[int] = set()
         self._idle: list[_PoolWorker] = []
         self._busy: set[_PoolWorker] = set()
         s = settings
@@ -356,7 +373,25 @@ class WorkerPool:
             self._idle.append(worker)
         else:
             worker.close()
+            self._tell(worker.retired)
         return result
+
+    def _tell(self, flags: int) -> None:
+        """Log, once per cell and reason, why a worker retired after a message that ended well:
+        a script that does it every time pays a new worker every message (``fork`` is then
+        cheaper)."""
+        if self.log is None:
+            return
+        for bit, why in _REASONS.items():
+            if flags & bit and bit not in self._told:
+                self._told.add(bit)
+                self.log.warning(
+                    "code_pool_worker_replaced",
+                    cell=self.cell,
+                    reason=why,
+                    detail="the next message starts a new worker; if every message does this, "
+                    "isolation 'fork' costs less (logged once per cell and reason)",
+                )
 
     async def _acquire(self) -> _PoolWorker:
         loop = asyncio.get_running_loop()

@@ -14,9 +14,9 @@ message's JSON and ``sys.stdout``/``sys.stderr`` built like the interpreter's ow
 a pipe (same encoding, errors and buffering) over sinks that ship what they flush to the daemon.
 So a crash leaves behind exactly what a forked child's pipes would hold. ``SystemExit`` becomes
 the exit status; other exceptions print their traceback and exit 1, as the interpreter does.
-After the script: threads it left are joined (and the worker retires, as it does after a
-``MemoryError`` or past its RSS bound); exit functions it registered run; processes it left are
-killed; ``sys.path``, ``sys.argv``, ``os.environ``, the working directory, signal handlers and
+After the script: threads it left are joined, exit functions it registered run, processes it
+left are killed (after threads or processes, a ``MemoryError`` or past its RSS bound the worker
+retires); ``sys.path``, ``sys.argv``, ``os.environ``, the working directory, signal handlers and
 the alarm timer are put back. What imported modules hold persists: that is what pool gives up.
 
 Protocol (fd 0 is a Unix stream socket to the daemon when it starts; fds 1 and 2 are pipes the
@@ -28,7 +28,8 @@ subprocess, ``os.write(1, …)``, C code):
   one message's stdin.
 * worker → daemon: frames of a kind byte, a 4-byte length and a body: ``o`` stdout bytes, ``e``
   stderr bytes, ``x`` the end of the message: a signed 4-byte status (negative: the signal a
-  forked child would have died of) and a flags byte (1: this worker retires now and exits).
+  forked child would have died of) and a flags byte: 0, or ``RETIRE`` with the reasons this
+  worker now exits (``THREADS``, ``MEMORY_ERROR``, ``PROCESSES``, ``RSS``).
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ _LENGTH = struct.Struct(">I")
 _FRAME = struct.Struct(">cI")
 _END = struct.Struct(">ib")
 RETIRE = 1
+THREADS = 2
+MEMORY_ERROR = 4
+PROCESSES = 8
+RSS = 16
 PIPE_SLACK = 1 << 16
 """What a pipe (Linux's default capacity) takes beyond the bytes its reader stopped at: a
 forked child writing that much past its cap blocks until it is killed."""
@@ -410,9 +415,9 @@ class ScriptRunner:
         sys.path[:] = self.base_path if safe_path else [entry, *self.base_path]
         self.running = True
         try:
-            status, retire = self.execute(namespace)
+            status, reasons = self.execute(namespace)
             if _thread._count():  # threads the script left: what a forked child's exit does
-                retire = True
+                reasons |= THREADS
                 threading = sys.modules.get("threading")
                 if threading is not None:
                     with contextlib.suppress(BaseException):  # as at exit: go on regardless
@@ -431,19 +436,21 @@ class ScriptRunner:
         for stream in streams:
             _flush(stream)
         self.restore()
-        if self.reap_leftovers():
-            retire = True
+        if self.kill_leftovers():  # a library may hold their pids: start the next one afresh
+            reasons |= PROCESSES
         usage = resource.getrusage(resource.RUSAGE_SELF)
         if self.max_rss_kb is not None and usage.ru_maxrss > self.max_rss_kb:
-            retire = True
-        end = _FRAME.pack(b"x", _END.size) + _END.pack(status, RETIRE if retire else 0)
+            reasons |= RSS
+        flags = RETIRE | reasons if reasons else 0
+        end = _FRAME.pack(b"x", _END.size) + _END.pack(status, flags)
         self.channel.send(self.stdout.sink.frame() + self.stderr.sink.frame() + end)
-        if retire:
+        if reasons:
             os._exit(0)
         self.set_cpu_limit(usage)
 
-    def execute(self, namespace: dict[str, Any]) -> tuple[int, bool]:
-        """Run the script as ``__main__``: its status, and whether the worker must retire."""
+    def execute(self, namespace: dict[str, Any]) -> tuple[int, int]:
+        """Run the script as ``__main__``: its status, and why the worker must retire (0:
+        it need not)."""
         try:
             code, source = self.compiled()
         except OSError as exc:
@@ -451,13 +458,13 @@ class ScriptRunner:
                 f"{os.path.basename(sys.executable)}: can't open file {self.path!r}: "
                 f"[Errno {exc.errno}] {exc.strerror}\n"
             )
-            return 2, False
+            return 2, 0
         try:
             if code is None:
                 code = compile(source or "", self.path or "<string>", "exec", dont_inherit=True)
             exec(code, namespace)
         except SystemExit as exc:
-            return _exit_code_of(exc, sys.stderr), False
+            return _exit_code_of(exc, sys.stderr), 0
         except BaseException as exc:
             # Drop this frame: the traceback starts at the script, as the interpreter's does.
             with contextlib.suppress(Exception):
@@ -465,10 +472,10 @@ class ScriptRunner:
                     type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None
                 )
             if isinstance(exc, KeyboardInterrupt):
-                return -int(signal.SIGINT), False
+                return -int(signal.SIGINT), 0
             # The heap may be left fragmented or half-filled: start the next job afresh.
-            return 1, isinstance(exc, MemoryError)
-        return 0, False
+            return 1, MEMORY_ERROR if isinstance(exc, MemoryError) else 0
+        return 0, 0
 
     def run_exits(self, stderr: Any) -> None:
         """The exit functions the script registered, last first, as at interpreter exit."""
@@ -509,16 +516,16 @@ class ScriptRunner:
                 self._real_setitimer(which, 0)
             self.timers = False
 
-    def reap_leftovers(self) -> bool:
-        """Kill and reap every process the job left (as a forked job's tree ends with it);
-        True when some could not be reaped (the worker then retires and the zygote kills its
-        tree). Costs one ``waitid`` when the job started none."""
+    def kill_leftovers(self) -> bool:
+        """Kill and reap every process the job left (as a forked job's tree ends with it):
+        whether there was any. What cannot be reaped here the zygote kills with the worker's
+        tree. Costs one ``waitid`` when the job left none."""
         me = os.getpid()
-        for _ in range(_REAP_ROUNDS):
+        for attempt in range(_REAP_ROUNDS):
             try:
                 os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
-                return False
+                return attempt > 0
             try:
                 with open(f"/proc/self/task/{me}/children") as handle:
                     pids = [int(pid) for pid in handle.read().split()]

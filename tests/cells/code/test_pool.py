@@ -269,19 +269,19 @@ elif text == "daemon":
 else:
     print(json.dumps({"header": {"pid": os.getpid()}, "messages": []}))
 """
-    got = await replies(
-        make_tree,
-        tree(script, isolation="pool", max_concurrency=1),
-        "pid",
-        "thread",
-        "pid",
-        "daemon",
-        "pid",
-    )
+    files = tree(script, isolation="pool", max_concurrency=1)
+    async with ColonyHarness(make_tree(files), capture=["/sink"]) as colony:
+        for text in ("pid", "thread", "pid", "daemon", "pid"):
+            await colony.send("/", user(text))
+            await colony.settle(timeout=60)
+        got = colony.captured("/sink")
+        told = colony.logs("code_pool_worker_replaced", level="warning")
     pids = [m.headers.hop["pid"] for m in got]
     assert got[1].headers.hop["from"] == "thread"  # joined before the answer, as at exit
     assert pids[0] == pids[1] != pids[2]
     assert pids[2] == pids[3] != pids[4]
+    # Said once per cell and reason, so a script that does it every message is noticed.
+    assert [(r["cell"], r["reason"]) for r in told] == [("/a", "the script left a thread running")]
 
 
 async def test_processes_a_script_leaves_are_killed_when_its_message_ends(
