@@ -377,7 +377,7 @@ class WorkerPool:
         return result
 
     def _tell(self, flags: int) -> None:
-        """Log, once per cell and reason, why a worker retired after a message that ended well:
+        """Log, once per cell and reason, why a worker retired by itself:
         a script that does it every time pays a new worker every message (``fork`` is then
         cheaper)."""
         if self.log is None:
