@@ -37,6 +37,8 @@ _LENGTH = struct.Struct(">I")
 _FRAME = struct.Struct(">cI")
 _END = struct.Struct(">ib")
 _RETIRE = 1
+_UNREAD = 64
+"""The worker's fds 1 and 2 held bytes not read yet when it ended the message."""
 _REASONS = {
     2: "the script left a thread running",
     4: "the script raised MemoryError",
@@ -138,8 +140,19 @@ class _PoolWorker:
     # -- sending
 
     def send(self, body: bytes) -> None:
-        self._outbox += _LENGTH.pack(len(body))
-        self._outbox += body
+        frame = _LENGTH.pack(len(body)) + body
+        if not self._outbox and not self.dead:  # the usual case: one send takes it all
+            try:
+                sent = self.sock.send(frame)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                self._gone()
+                return
+            if sent == len(frame):
+                return
+            frame = frame[sent:]
+        self._outbox += frame
         if not self._writing:
             self._flush()
 
@@ -194,8 +207,9 @@ class _PoolWorker:
         elif kind == b"e":
             message.err(body)
         elif kind == b"x":
-            self._drain()  # what the script wrote to fds 1 and 2 before it ended
             status, flags = _END.unpack_from(body)
+            if flags & _UNREAD:
+                self._drain()  # what the script wrote to fds 1 and 2 before it ended
             message.end((status, flags))
 
     def _on_pipe(self, fd: int) -> None:

@@ -29,7 +29,8 @@ subprocess, ``os.write(1, …)``, C code):
 * worker → daemon: frames of a kind byte, a 4-byte length and a body: ``o`` stdout bytes, ``e``
   stderr bytes, ``x`` the end of the message: a signed 4-byte status (negative: the signal a
   forked child would have died of) and a flags byte: 0, or ``RETIRE`` with the reasons this
-  worker now exits (``THREADS``, ``MEMORY_ERROR``, ``PROCESSES``, ``RSS``).
+  worker now exits (``THREADS``, ``MEMORY_ERROR``, ``PROCESSES``, ``RSS``), and ``UNREAD``
+  when its fds 1 or 2 still hold bytes for the daemon to read first.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import _thread
 import atexit
 import builtins
 import contextlib
+import fcntl
 import io
 import json
 import math
@@ -47,6 +49,7 @@ import signal
 import socket
 import struct
 import sys
+import termios
 import traceback
 import types
 from collections.abc import Callable
@@ -60,6 +63,9 @@ THREADS = 2
 MEMORY_ERROR = 4
 PROCESSES = 8
 RSS = 16
+UNREAD = 64
+"""Not a reason to retire: fds 1 or 2 hold bytes the daemon has not read yet (it then reads
+them before it takes the end frame; without this bit it need not look)."""
 PIPE_SLACK = 1 << 16
 """What a pipe (Linux's default capacity) takes beyond the bytes its reader stopped at: a
 forked child writing that much past its cap blocks until it is killed."""
@@ -271,6 +277,14 @@ def _exit_code_of(exc: SystemExit, stderr: Any) -> int:
     return 1
 
 
+def _unread(fd: int) -> bool:
+    """Whether the pipe on ``fd`` holds bytes its reader (the daemon) has not read."""
+    try:
+        return bool(int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder))
+    except OSError:
+        return True
+
+
 def _flush(stream: Any) -> None:
     try:
         if stream is not None:
@@ -427,7 +441,11 @@ class ScriptRunner:
             self.running = False
         # sys.__stdout__/__stderr__ are the worker's own streams on fds 1 and 2: what a script
         # wrote there reaches the daemon's pipes now, before the end frame.
-        streams: tuple[Any, ...] = (sys.stdout, sys.stderr, stdout, stderr, *self.models[1:])
+        streams: list[Any] = [stdout, stderr, *self.models[1:]]
+        if sys.stderr is not stderr:  # the script's own streams go first: they write into ours
+            streams.insert(0, sys.stderr)
+        if sys.stdout is not stdout:
+            streams.insert(0, sys.stdout)
         if os.getpid() != self.channel.owner:  # a child the script forked ends here
             for stream in streams:
                 _flush(stream)
@@ -442,6 +460,8 @@ class ScriptRunner:
         if self.max_rss_kb is not None and usage.ru_maxrss > self.max_rss_kb:
             reasons |= RSS
         flags = RETIRE | reasons if reasons else 0
+        if _unread(1) or _unread(2):
+            flags |= UNREAD
         end = _FRAME.pack(b"x", _END.size) + _END.pack(status, flags)
         self.channel.send(self.stdout.sink.frame() + self.stderr.sink.frame() + end)
         if reasons:
