@@ -391,9 +391,8 @@ class WorkerPool:
         return result
 
     def _tell(self, flags: int) -> None:
-        """Log, once per cell and reason, why a worker retired by itself:
-        a script that does it every time pays a new worker every message (``fork`` is then
-        cheaper)."""
+        """Log, once per cell and reason, why a worker retired by itself: a script that does
+        it every message pays for a new worker every message (``fork`` is then cheaper)."""
         if self.log is None:
             return
         for bit, why in _REASONS.items():
