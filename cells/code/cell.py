@@ -1,7 +1,9 @@
 """The ``code`` cell: run the user's script once per message.
 
 Stateless: up to ``max_concurrency`` messages run at once, each in a fresh process — forked
-from a warm worker for python3 scripts (about 2 ms), or spawned (tens of ms). The process runs
+from a warm worker for python3 scripts (about 2 ms), or spawned (tens of ms) — or, with
+``isolation: "pool"``, one after another in warm worker processes (:mod:`cells.code.pool`,
+no process per message). The process runs
 in the cell's own folder with an allow-listed environment plus ``params.env``, and at most
 ``params.max_processes`` processes (see :mod:`cells.code.isolation`,
 :mod:`cells.code.zygote_client`). Everything that goes wrong is an ordinary emission with
@@ -22,6 +24,7 @@ from typing import Any
 
 from cells.code.isolation import job_environment, remove_directory, working_directory
 from cells.code.params import INLINE_ARG_LIMIT, CodeParams
+from cells.code.pool import PoolSettings, WorkerPool
 from cells.code.process import Limits, ProcessError, RunResult
 from cells.code.wire import (
     DETAIL_LIMIT,
@@ -88,8 +91,28 @@ class CodeCell:
         else:
             self._argv = [runner, str(self._file)]
         self._zygote = shared_zygote(interpreter) if p.forks else None
+        self._pool: WorkerPool | None = None
+        if p.pools and self._zygote is not None:
+            self._pool = WorkerPool(
+                self._zygote,
+                PoolSettings(
+                    script=self._script,
+                    path=None if self._file is None else str(self._file),
+                    cwd=self._cwd,
+                    env=self._env,
+                    limits=self.limits,
+                    max_output_bytes=p.max_output_bytes,
+                    max_jobs=p.pool_max_jobs,
+                    max_rss_mb=p.pool_max_rss_mb,
+                    size=p.max_concurrency,
+                ),
+                log=self.log,
+                cell=self.path,
+            )
 
     async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
         if self._temp is not None:
             with contextlib.suppress(FileNotFoundError):
                 self._temp.unlink()
@@ -99,6 +122,8 @@ class CodeCell:
 
     async def _run(self, stdin: bytes) -> RunResult:
         p = self.params
+        if self._pool is not None:
+            return await self._pool.run(stdin, timeout=p.timeout)
         if self._zygote is not None:
             await self._zygote.start()
             return await self._zygote.run(

@@ -34,9 +34,14 @@ class CodeParams(BaseModel):
     external_timeout_ms: Annotated[int, Field(ge=1)] = 60_000
     """Wall-clock limit of one run; the process group is killed when it elapses."""
     max_concurrency: Annotated[int, Field(ge=1)] = 4
-    isolation: Literal["fork", "spawn"] | None = None
+    isolation: Literal["fork", "spawn", "pool"] | None = None
     """``fork`` (python3 only, the default): a fresh process forked from a warm worker;
-    ``spawn``: start the runner anew for every message."""
+    ``spawn``: start the runner anew for every message; ``pool`` (python3 only): warm worker
+    processes that run the script message after message (see ``cells/code/pool.py``)."""
+    pool_max_jobs: Annotated[int, Field(ge=1)] = 1000
+    """``pool``: a worker is replaced after this many messages."""
+    pool_max_rss_mb: Annotated[int, Field(ge=16)] | None = 512
+    """``pool``: a worker whose peak resident memory passed this is replaced; null lifts it."""
     interpreter: str | None = None
     """The Python used for python3 scripts (default: ``python3`` on PATH)."""
     cpu_seconds: Annotated[int, Field(ge=1)] | None = None
@@ -62,17 +67,22 @@ class CodeParams(BaseModel):
                 "exactly one of script_inline, script, script_path is required (got {got})",
                 {"got": ", ".join(given) or "none"},
             )
-        if self.isolation == "fork" and self.runner != "python3":
+        if self.isolation in ("fork", "pool") and self.runner != "python3":
             raise PydanticCustomError(
                 "isolation_unsupported",
-                "isolation 'fork' runs python3 scripts only; use 'spawn' for {runner}",
-                {"runner": self.runner},
+                "isolation '{isolation}' runs python3 scripts only; use 'spawn' for {runner}",
+                {"isolation": self.isolation, "runner": self.runner},
             )
         return self
 
     @property
     def forks(self) -> bool:
+        """Whether messages run on the warm zygote of ``interpreter`` (``fork``, ``pool``)."""
         return self.runner == "python3" and self.isolation != "spawn"
+
+    @property
+    def pools(self) -> bool:
+        return self.runner == "python3" and self.isolation == "pool"
 
     @property
     def timeout(self) -> float:

@@ -364,7 +364,8 @@ def _finish(code: int) -> NoReturn:
         atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
-            if stream is not None:
+            # A stream the script closed is skipped, as the interpreter skips it.
+            if stream is not None and not stream.closed:
                 stream.flush()
         except BaseException:
             if stream is sys.stdout:

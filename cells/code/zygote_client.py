@@ -49,7 +49,14 @@ from cells.code.process import (
     supervise,
 )
 
-__all__ = ["ZYGOTE_SCRIPT", "Zygote", "close_shared_zygotes", "run_spawned", "shared_zygote"]
+__all__ = [
+    "ZYGOTE_SCRIPT",
+    "Zygote",
+    "ZygoteJob",
+    "close_shared_zygotes",
+    "run_spawned",
+    "shared_zygote",
+]
 
 ZYGOTE_SCRIPT = Path(__file__).with_name("zygote.py")
 
@@ -199,6 +206,32 @@ class _Connection:
 
     # -- running a job
 
+    async def start(
+        self,
+        message: dict[str, Any],
+        child_fds: list[int],
+        *,
+        timeout: float,  # noqa: ASYNC109 (how long the fork may take)
+    ) -> ZygoteJob:
+        """Post ``message`` with ``child_fds`` (owned here from now on: they become the job's
+        fds 0-2 and are closed on our side) and wait until the zygote has forked the job."""
+        job_id = next(self._ids)
+        job = _Job(self.loop)
+        self.jobs[job_id] = job
+        try:
+            self.post({**message, "job": job_id}, child_fds)
+            try:
+                await asyncio.wait_for(asyncio.shield(job.started), timeout)
+            except TimeoutError:
+                raise ProcessError("the zygote did not start the job in time") from None
+        except BaseException:
+            if self.dead is None:
+                self.kill_job(job_id)  # cancelled while it starts: killed once it is forked
+            else:
+                self.jobs.pop(job_id, None)
+            raise
+        return ZygoteJob(self, job_id, job)
+
     async def run(
         self,
         message: dict[str, Any],
@@ -210,26 +243,15 @@ class _Connection:
         overflow: Overflow,
     ) -> RunResult:
         pipes = Pipes()
-        job_id = next(self._ids)
-        job = _Job(self.loop)
-        self.jobs[job_id] = job
         started = self.loop.time()
+        child_fds, pipes.child = pipes.child, []
         try:
-            child_fds, pipes.child = pipes.child, []
-            self.post({**message, "job": job_id}, child_fds)
-            try:
-                await asyncio.wait_for(asyncio.shield(job.started), timeout)
-            except TimeoutError:
-                raise ProcessError("the zygote did not start the job in time") from None
+            child = await self.start(message, child_fds, timeout=timeout)
         except BaseException:
             pipes.close_ours()
-            if self.dead is None:
-                self.kill_job(job_id)  # cancelled while it starts: killed once it is forked
-            else:
-                self.jobs.pop(job_id, None)
             raise
         return await supervise(
-            _ZygoteChild(self, job_id, job),
+            child,
             pipes,
             stdin,
             started=started,
@@ -297,11 +319,23 @@ class _Connection:
                 future.exception()  # awaiting it still raises; an unawaited one stays quiet
 
 
-class _ZygoteChild:
+class ZygoteJob:
+    """A job the zygote has forked: what :func:`~cells.code.process.supervise` needs of it
+    (a :class:`~cells.code.process.Child`), and what a pool worker's owner needs."""
+
     def __init__(self, conn: _Connection, job_id: int, job: _Job) -> None:
         self._conn = conn
         self._job_id = job_id
         self._job = job
+
+    @property
+    def pid(self) -> int | None:
+        return self._job.pid
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop of the zygote connection it belongs to."""
+        return self._conn.loop
 
     async def wait(self) -> int:
         return await self._job.status
@@ -373,19 +407,7 @@ class Zygote:
             raise ValueError("give exactly one of script, path and argv")
         if argv is not None and not argv:
             raise ValueError("argv is empty")
-        if cwd is not None and not os.path.isdir(cwd):  # noqa: ASYNC240 (one stat)
-            raise ProcessError(f"working directory {cwd!r} not found")
-        message = {
-            "op": "run",
-            "script": script,
-            "path": path,
-            "argv": None if argv is None else list(argv),
-            "cwd": cwd,
-            "env": job_environment() if env is None else dict(env),
-            "cpu": limits.cpu_seconds,
-            "as_mb": limits.address_space_mb,
-            "nproc": limits.max_processes,
-        }
+        message = _run_message(script, path, argv, cwd, env, limits)
         for attempt in range(2):
             conn = await self._connection()
             try:
@@ -398,6 +420,31 @@ class Zygote:
                     overflow=overflow,
                 )
             except _UndeliveredError as exc:  # died before it forked the job: safe to run it anew
+                if attempt:
+                    raise ProcessError(str(exc)) from None
+        raise AssertionError("unreachable")
+
+    async def launch(
+        self,
+        path: str,
+        fds: Sequence[int],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        limits: Limits = _NO_LIMITS,
+    ) -> ZygoteJob:
+        """Fork a long-lived job running the Python file ``path`` (as :meth:`run` would) whose
+        fds 0, 1 and 2 are copies of ``fds`` (the caller keeps and closes its own), and return it
+        once it runs, unsupervised: its owner talks to it over those fds, kills it and waits for
+        its status. This is how pool workers start (:mod:`cells.code.pool`)."""
+        if len(fds) != 3:
+            raise ValueError("a job has exactly three fds: 0, 1 and 2")
+        message = _run_message(None, path, None, cwd, env, limits)
+        for attempt in range(2):
+            conn = await self._connection()
+            try:
+                return await conn.start(message, [os.dup(fd) for fd in fds], timeout=_START_TIMEOUT)
+            except _UndeliveredError as exc:  # died before it forked the job: safe to start anew
                 if attempt:
                     raise ProcessError(str(exc)) from None
         raise AssertionError("unreachable")
@@ -470,6 +517,30 @@ class Zygote:
             raise
         self._conn = conn
         return conn
+
+
+def _run_message(
+    script: str | None,
+    path: str | None,
+    argv: Sequence[str] | None,
+    cwd: str | None,
+    env: Mapping[str, str] | None,
+    limits: Limits,
+) -> dict[str, Any]:
+    """The zygote's ``run`` frame (see ``zygote.py``); the working directory checked first."""
+    if cwd is not None and not os.path.isdir(cwd):
+        raise ProcessError(f"working directory {cwd!r} not found")
+    return {
+        "op": "run",
+        "script": script,
+        "path": path,
+        "argv": None if argv is None else list(argv),
+        "cwd": cwd,
+        "env": job_environment() if env is None else dict(env),
+        "cpu": limits.cpu_seconds,
+        "as_mb": limits.address_space_mb,
+        "nproc": limits.max_processes,
+    }
 
 
 _shared: dict[str, Zygote] = {}

@@ -11,7 +11,7 @@ import pytest
 from colony.testing import ColonyHarness
 from tests.conftest import CONTRACT, TreeFactory, hive
 
-ISOLATIONS = ["fork", "spawn"]
+ISOLATIONS = ["fork", "spawn", "pool"]
 
 
 def code_tree(

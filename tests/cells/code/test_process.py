@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from cells.code.isolation import job_environment
+from cells.code.pool import PoolSettings, WorkerPool
 from cells.code.process import Limits, ProcessError, RunResult
 from cells.code.zygote_client import Zygote, close_shared_zygotes, run_spawned, shared_zygote
 from tests.processes import alive, eventually
@@ -31,9 +33,10 @@ async def zygote() -> AsyncIterator[Zygote]:
     await worker.close()
 
 
-@pytest.fixture(params=["spawn", "fork"])
+@pytest.fixture(params=["spawn", "fork", "pool"])
 def run(request: pytest.FixtureRequest, zygote: Zygote) -> Run:
-    """``run(script, stdin=b"", timeout=10, **options)`` in the parametrised mode."""
+    """``run(script, stdin=b"", timeout=10, **options)`` in the parametrised mode (``pool``:
+    one message on a worker of a pool made for it)."""
 
     async def spawn(script: str, stdin: bytes = b"", **kw: Any) -> RunResult:
         kw.setdefault("timeout", 10)
@@ -43,7 +46,25 @@ def run(request: pytest.FixtureRequest, zygote: Zygote) -> Run:
         kw.setdefault("timeout", 10)
         return await zygote.run(script=script, stdin=stdin, **kw)
 
-    return spawn if request.param == "spawn" else fork
+    async def pool(script: str, stdin: bytes = b"", **kw: Any) -> RunResult:
+        settings = PoolSettings(
+            script=script,
+            path=None,
+            cwd=kw.pop("cwd", None) or os.getcwd(),
+            env=kw.pop("env", None) or job_environment(),
+            limits=kw.pop("limits", Limits()),
+            max_output_bytes=kw.pop("max_stdout_bytes", 4 << 20),
+            max_jobs=1000,
+            max_rss_mb=None,
+            size=1,
+        )
+        workers = WorkerPool(zygote, settings)
+        try:
+            return await workers.run(stdin, timeout=kw.pop("timeout", 10))
+        finally:
+            await workers.close()
+
+    return {"spawn": spawn, "fork": fork, "pool": pool}[request.param]
 
 
 def children(ppid: int) -> dict[int, str]:
@@ -127,6 +148,11 @@ async def test_sys_exit_with_a_message_exits_1_and_prints_the_message(run: Run) 
     result = await run("import sys; sys.exit('no luck')")
     assert result.exit_code == 1
     assert result.stderr == b"no luck\n"
+
+
+async def test_a_script_that_closes_its_stdout_exits_0_as_the_interpreter_does(run: Run) -> None:
+    result = await run("import sys; print('done'); sys.stdout.close()")
+    assert (result.exit_code, result.stdout) == (0, b"done\n")
 
 
 async def test_sys_exit_without_a_code_is_success(run: Run) -> None:
