@@ -83,12 +83,15 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _children(exclude: frozenset[int] = frozenset()) -> list[Path]:
-    """The ``/proc`` folders of this process's live children but ``exclude`` (empty where there
-    is no /proc)."""
-    proc, me, found = Path("/proc"), os.getpid(), []
+def _children(exclude: frozenset[int] = frozenset(), of: int | None = None) -> list[Path]:
+    """The ``/proc`` folders of the live descendants of process ``of`` (this one by default)
+    but ``exclude`` and theirs (empty where there is no /proc). Descendants, not children:
+    the pool workers of the code cells are the zygote's children, and a live process's CPU
+    shows in no parent's cutime until it is reaped."""
+    proc, root = Path("/proc"), os.getpid() if of is None else of
     if not proc.is_dir():
         return []
+    parents: dict[int, list[Path]] = {}
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
@@ -96,17 +99,21 @@ def _children(exclude: frozenset[int] = frozenset()) -> list[Path]:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if int(fields[1]) == me and int(entry.name) not in exclude:  # the parent pid
+        parents.setdefault(int(fields[1]), []).append(entry)
+    found: list[Path] = []
+    todo = [root]
+    while todo:
+        for entry in parents.get(todo.pop(), []):
+            if int(entry.name) in exclude:
+                continue
             found.append(entry)
+            todo.append(int(entry.name))
     return found
 
 
 def _children_cpu_seconds(exclude: frozenset[int] = frozenset()) -> float:
-    """CPU of this process's live children and of everything they reaped (Linux ``/proc``).
-
-    The code cells' warm workers are our children; the process each job is forked into is
-    theirs, reaped by them, so its CPU shows in their cutime/cstime.
-    """
+    """CPU of this process's live descendants and of everything they reaped (Linux ``/proc``):
+    the zygote, the pool workers it started, and (in cutime/cstime) the jobs it forked."""
     total = 0
     for child in _children(exclude):
         try:  # after the command: utime, stime, cutime, cstime are fields 11-14
@@ -119,7 +126,7 @@ def _children_cpu_seconds(exclude: frozenset[int] = frozenset()) -> float:
 
 
 def _children_peak_rss_mb(exclude: frozenset[int] = frozenset()) -> tuple[int, float]:
-    """How many live children, and the sum of their peak RSS (``VmHWM``) in MB."""
+    """How many live descendants, and the sum of their peak RSS (``VmHWM``) in MB."""
     count, kib = 0, 0
     for child in _children(exclude):
         try:
