@@ -24,6 +24,20 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 def identifier_problem(name: Any) -> str | None:
     """Why ``name`` may not name a table or column, or None. Names go into SQL (quoted), so
     only this shape is ever accepted."""
+    if isinstance(name, str) and name in _GOOD_NAMES:
+        return None  # every operation names the same few tables and columns again
+    problem = _identifier_problem(name)
+    if problem is None and len(_GOOD_NAMES) < _GOOD_NAMES_KEPT:
+        _GOOD_NAMES.add(name)
+    return problem
+
+
+_GOOD_NAMES: set[str] = set()
+"""Names already found good (bounded: a store's names are few, a caller's typos are not kept)."""
+_GOOD_NAMES_KEPT = 4096
+
+
+def _identifier_problem(name: Any) -> str | None:
     if not isinstance(name, str) or not _IDENTIFIER.match(name):
         return f"{shown(name)} is not an identifier ([A-Za-z_][A-Za-z0-9_]{{0,62}})"
     if name.lower().startswith("sqlite_"):
