@@ -20,6 +20,23 @@ from colony.persist.schema import MESSAGE_LOG_COLUMNS, MESSAGE_LOG_SELECT
 
 _LOG_MARKS = ",".join("?" * len(MESSAGE_LOG_COLUMNS))
 
+LOG_MOVE_ROWS = 1024
+"""Message-log rows gathered in ``message_log_recent`` before they move, in one statement, to
+``message_log_indexed`` (see :mod:`colony.persist.schema`): large enough that each index is
+written a page at a time, small enough that the move (a few milliseconds, inside the
+transaction of the unit that fills the table) and a read's scan of the unindexed rows stay
+short."""
+
+_LOG_ENDS = (
+    "SELECT (SELECT min(seq) FROM message_log_recent), (SELECT max(seq) FROM message_log_recent), "
+    "(SELECT max(seq) FROM message_log_indexed)"
+)
+_STAGE = f"INSERT INTO message_log_recent(seq, {MESSAGE_LOG_SELECT}) VALUES (?,{_LOG_MARKS})"
+_MOVE = (
+    f"INSERT INTO message_log_indexed(seq, {MESSAGE_LOG_SELECT}) "
+    f"SELECT seq, {MESSAGE_LOG_SELECT} FROM message_log_recent ORDER BY seq"
+)
+
 UNSTORABLE = DeadLetterCode.UNSTORABLE
 """Dead-letter code of a message whose unit ``colony.db`` could not store."""
 
@@ -32,7 +49,19 @@ def describe(exc: BaseException) -> str:
 class Rows:
     """Rows of one transaction, serialised (and escaped) on the writer thread."""
 
-    __slots__ = ("_body", "_body_json", "acks", "forgets", "inserts", "letters", "logs", "registry")
+    __slots__ = (
+        "_body",
+        "_body_json",
+        "_context",
+        "_headers_json",
+        "_hop",
+        "acks",
+        "forgets",
+        "inserts",
+        "letters",
+        "logs",
+        "registry",
+    )
 
     def __init__(self) -> None:
         self.logs: list[tuple[Any, ...]] = []
@@ -43,6 +72,9 @@ class Rows:
         self.registry: list[tuple[Any, ...]] = []
         self._body: Any = None
         self._body_json = ""
+        self._context: Any = None
+        self._hop: Any = None
+        self._headers_json = ""
 
     def _body_of(self, m: Envelope) -> str:
         # Follow-ups of one emission and transit copies share a body object.
@@ -50,6 +82,15 @@ class Rows:
             self._body_json = storable_json(m.body)
             self._body = m.body
         return self._body_json
+
+    def _headers_of(self, m: Envelope) -> str:
+        # A hive's transit copies carry the headers they arrived with (the same two objects)
+        # unless an edge modified them: each pair is serialised once.
+        context, hop = m.headers.context, m.headers.hop
+        if context is not self._context or hop is not self._hop or not self._headers_json:
+            self._headers_json = storable_json({"context": context, "hop": hop})
+            self._context, self._hop = context, hop
+        return self._headers_json
 
     def log(self, item: LogRow) -> None:
         m = item.message
@@ -63,7 +104,7 @@ class Rows:
                 storable_text(item.from_path),
                 storable_text(item.to_path),
                 storable_optional(m.reply_to),
-                storable_json({"context": m.headers.context, "hop": m.headers.hop}),
+                self._headers_of(m),
                 "inline",
                 self._body_of(m),
                 m.created_at,
@@ -144,10 +185,7 @@ class Rows:
         if self.forgets:
             conn.executemany("DELETE FROM journal WHERE seq = ?", self.forgets)
         if self.logs:
-            conn.executemany(
-                f"INSERT INTO message_log({MESSAGE_LOG_SELECT}) VALUES ({_LOG_MARKS})",
-                self.logs,
-            )
+            stage_log(conn, self.logs)
         if self.letters:
             conn.executemany(
                 "INSERT INTO dead_letters(sender_path, original_target, resolved_target, "
@@ -163,6 +201,17 @@ class Rows:
                 "updated_at=excluded.updated_at",
                 self.registry,
             )
+
+
+def stage_log(conn: sqlite3.Connection, logs: list[tuple[Any, ...]]) -> None:
+    """Append message-log rows to ``message_log_recent``, numbered after every row before them,
+    and move the staged rows to ``message_log_indexed`` once there are ``LOG_MOVE_ROWS``."""
+    oldest, newest, indexed = conn.execute(_LOG_ENDS).fetchone()
+    first = max(newest or 0, indexed or 0) + 1
+    conn.executemany(_STAGE, [(seq, *row) for seq, row in enumerate(logs, first)])
+    if first + len(logs) - (oldest or first) >= LOG_MOVE_ROWS:
+        conn.execute(_MOVE)
+        conn.execute("DELETE FROM message_log_recent")
 
 
 def letter_row(item: DeadLetter) -> tuple[Any, ...]:
