@@ -21,6 +21,7 @@ from pathlib import Path
 
 from colony.dead_letters import DeadLetter
 from colony.effects import LogRow
+from colony.persist.checkpoint import Checkpointer
 from colony.persist.items import Commit, Fence, Forget, Item, Registry, Stop, Unit
 from colony.persist.journal import JournalSnapshot
 from colony.persist.records import (
@@ -100,6 +101,7 @@ class ColonyDb:
             target=self._writer.run, name="colony-db-writer", daemon=True
         )
         self._thread.start()
+        self._checkpointer = Checkpointer(path)
 
     @property
     def rows_written(self) -> int:
@@ -211,6 +213,7 @@ class ColonyDb:
 
     def close(self) -> None:
         """Commit what is queued and stop the writer (blocking; call once, at shutdown)."""
+        self._checkpointer.close()
         if self._thread.is_alive():
             self._queue.put(Stop())
             self._thread.join()
