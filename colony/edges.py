@@ -117,6 +117,8 @@ class EdgeTable:
 
     def __init__(self, edges: Iterable[Edge], engine: Engine) -> None:
         self._engine = engine
+        self._last: tuple[JsonObject, JsonObject, Activation] | None = None
+        """The activation built last, with the two header objects it was built from."""
         self._by_from: dict[str, list[Edge]] = {}
         for edge in edges:
             self._by_from.setdefault(edge.from_path, []).append(edge)
@@ -139,7 +141,7 @@ class EdgeTable:
         activation: Activation | None = None
         for edge in edges:
             if activation is None and edge.reads_headers:
-                activation = self._engine.activation({"context": context, "hop": hop})
+                activation = self._activation(context, hop)
             if edge.condition is not None:
                 assert activation is not None
                 try:
@@ -168,6 +170,20 @@ class EdgeTable:
                 continue
             taken.append(Taken(edge, new_context, new_hop))
         return taken, skipped
+
+
+    def _activation(self, context: JsonObject, hop: JsonObject) -> Activation:
+        """The activation for these headers. A hive forwards its copies with the headers they
+        came with unless an edge modifies them, so down a chain of hives (and across the
+        copies of one fan-out) the same two objects come back: the activation built for them
+        last is reused, not converted again. Headers are never changed once built
+        (colony.envelope), and the cached pair is kept alive, so identity is equality here."""
+        last = self._last
+        if last is not None and last[0] is context and last[1] is hop:
+            return last[2]
+        activation = self._engine.activation({"context": context, "hop": hop})
+        self._last = (context, hop, activation)
+        return activation
 
 
 def _failing_key(edge: Edge, activation: Activation | None) -> str | None:
