@@ -36,10 +36,10 @@ class Edge:
     set_hop: tuple[tuple[str, Program], ...]
     delete_hop: tuple[str, ...]
     restore_ttl: bool
-
-    @property
-    def reads_headers(self) -> bool:
-        return self.condition is not None or bool(self.set_context) or bool(self.set_hop)
+    reads_headers: bool
+    """Its condition or a modifier expression reads the headers (needs an activation)."""
+    modifies: bool
+    """Its modifier sets or deletes a header key (else the copy carries the headers as is)."""
 
 
 @dataclass(slots=True)
@@ -92,6 +92,8 @@ def compile_edge(decl: EdgeDecl, engine: Engine) -> Edge:
         set_hop=set_hop,
         delete_hop=delete_hop,
         restore_ttl=restore,
+        reads_headers=decl.condition is not None or bool(set_context) or bool(set_hop),
+        modifies=bool(set_context or delete_context or set_hop or delete_hop),
     )
 
 
@@ -161,6 +163,9 @@ class EdgeTable:
                             )
                         )
                     continue
+            if not edge.modifies:
+                taken.append(Taken(edge, context, hop))
+                continue
             try:
                 new_context = _apply(edge.set_context, edge.delete_context, context, activation)
                 new_hop = _apply(edge.set_hop, edge.delete_hop, hop, activation)
