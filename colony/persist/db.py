@@ -22,7 +22,6 @@ from pathlib import Path
 from colony.dead_letters import DeadLetter
 from colony.effects import LogRow
 from colony.persist.checkpoint import Checkpointer
-from colony.persist.handoff import HandOff
 from colony.persist.items import Commit, Fence, Forget, Item, Registry, Stop, Unit
 from colony.persist.journal import JournalSnapshot
 from colony.persist.records import (
@@ -98,8 +97,6 @@ class ColonyDb:
         self._identity = identity(path)
         self._queue: queue.SimpleQueue[Item] = queue.SimpleQueue()
         self._writer = Writer(conn, self._queue)
-        self._hand = HandOff(self._queue)
-        """Every put goes through it: one wake-up of the writer per pass of the event loop."""
         self._thread = threading.Thread(
             target=self._writer.run, name="colony-db-writer", daemon=True
         )
@@ -120,12 +117,12 @@ class ColonyDb:
     def write(self, rows: Iterable[LogRow | DeadLetter]) -> None:
         """Hand message-log rows and dead letters to the writer, each committed on its own
         (outside any unit: at-most-once delivery, boot)."""
-        put = self._hand.put
+        put = self._queue.put
         for row in rows:
             put(row)
 
     def set_registry(self, path: str, cell_id: str, cell_type: str, status: str) -> None:
-        self._hand.put(Registry(path, cell_id, cell_type, status, int(time.time())))
+        self._queue.put(Registry(path, cell_id, cell_type, status, int(time.time())))
 
     # -- health -------------------------------------------------------------------------------
 
@@ -184,7 +181,7 @@ class ColonyDb:
         if not self._thread.is_alive():
             return
         future, done = _completion()
-        self._hand.put(Fence(done))
+        self._queue.put(Fence(done))
         await future
 
     async def commit(self, unit: Unit) -> None:
@@ -196,12 +193,12 @@ class ColonyDb:
         if not self._thread.is_alive():
             raise StorageUnavailable("colony.db is closed")
         future, done = _completion()
-        self._hand.put(Commit(unit, done))
+        self._queue.put(Commit(unit, done))
         await future
 
     def commit_later(self, unit: Unit) -> None:
         """Hand a unit to the writer without waiting (a failure is reported by the writer)."""
-        self._hand.put(Commit(unit, _ignore))
+        self._queue.put(Commit(unit, _ignore))
 
     def journal(self) -> JournalSnapshot:
         """What the journal holds now (read at boot, before any unit is written), to be read
@@ -212,13 +209,12 @@ class ColonyDb:
         """Remove journal rows that can no longer be delivered (their cell is gone); they are
         dead-lettered by the caller in the same queue, so nothing is lost."""
         for seq in seqs:
-            self._hand.put(Forget(seq))
+            self._queue.put(Forget(seq))
 
     def close(self) -> None:
         """Commit what is queued and stop the writer (blocking; call once, at shutdown)."""
         self._checkpointer.close()
         if self._thread.is_alive():
-            self._hand.release()
             self._queue.put(Stop())
             self._thread.join()
 
