@@ -21,8 +21,10 @@ into ``message_log_indexed`` (five indexes) once a thousand or so have gathered 
 table in insertion order. Why: an index on a column whose values arrive scattered (``to_path``)
 or interleaved (the ids) dirties its own pages in every transaction, and each dirty page is a
 4 KB frame written to the WAL; with the rows written straight into the indexed table a
-hand-off wrote about 21 frames, staged about 6 (the move amortised). The rows are still
-committed with the unit that made them, so a crash keeps or loses both together. Schema
+hand-off of six small rows wrote about 21 frames, staged about 6 (the move amortised). A row of
+more than a couple of kilobytes is written straight into ``message_log_indexed``: moving it
+would cost more than its index pages. The rows are still committed with the unit that made
+them, so a crash keeps or loses both together. Schema
 version 1 had ``message_log`` as an indexed table: opening such a file renames it to
 ``message_log_indexed`` (indexes and rows kept, no copy) and adds the rest; a daemon of
 version 1 refuses a version 2 file instead of writing into the view.

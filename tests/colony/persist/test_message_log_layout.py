@@ -229,6 +229,26 @@ async def test_message_log_rows_move_to_the_indexed_table_in_bulk_and_read_as_on
     assert seqs == list(range(1, len(written) + 3))  # one numbering across both tables
 
 
+async def test_a_large_row_goes_straight_to_the_indexed_table_and_reads_in_its_place(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "colony.db"
+    db = ColonyDb(path)
+    small = _chain(1)
+    large = source_message("/", {"text": "x" * (rows_module.STAGE_MAX_CHARS + 1)})
+    written = [small[0], LogRow(large, "@external", "/", 63), small[1]]
+    try:
+        await db.commit(Unit(logs=written))
+        assert [row.id for row in await db.message_log()] == [r.message.id for r in written]
+    finally:
+        db.close()
+    with sqlite3.connect(path) as conn:
+        indexed = [i for (i,) in conn.execute("SELECT id FROM message_log_indexed")]
+        staged = [i for (i,) in conn.execute("SELECT id FROM message_log_recent ORDER BY seq")]
+    assert indexed == [large.id]  # a move would write its bytes twice
+    assert staged == [small[0].message.id, small[1].message.id]
+
+
 def test_a_colony_db_of_an_unknown_schema_version_is_refused_naming_the_versions(
     tmp_path: Path,
 ) -> None:
