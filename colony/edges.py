@@ -176,7 +176,6 @@ class EdgeTable:
             taken.append(Taken(edge, new_context, new_hop))
         return taken, skipped
 
-
     def _activation(self, context: JsonObject, hop: JsonObject) -> Activation:
         """The activation for these headers. A hive forwards its copies with the headers they
         came with unless an edge modifies them, so down a chain of hives (and across the

@@ -30,9 +30,7 @@ class Checkpointer:
         self._path = path
         self._period_s = period_s
         self._stopping = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name="colony-db-checkpoint", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, name="colony-db-checkpoint", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
