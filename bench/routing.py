@@ -6,8 +6,9 @@ decisions (the root transit, one transit per hive, the delivery). It runs in fou
 same process — the journal (at-least-once delivery) on and off, the message log on and off,
 one sender or fifty at once (the journal's group commit) — next to the floor: the same number
 of ``asyncio.Queue`` hand-offs between two tasks, each also evaluating the doors' condition once
-(compiled by the default CEL engine, activation built per hand-off, as colony/edges.py does),
-since no router can decide for less. A bare hand-off is printed too. The machine is shared and
+(compiled by the default CEL engine, activation built per hand-off; colony/edges.py builds one
+per set of headers, so down this chain it builds two per message, not five), since no router
+can decide for less. A bare hand-off is printed too. The machine is shared and
 noisy, so the ratio is the figure; absolute rates move from run to run.
 
     python bench/routing.py [--messages N] [--depth D] [--repeats R] [--loop asyncio|uvloop|both]

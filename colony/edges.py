@@ -36,10 +36,10 @@ class Edge:
     set_hop: tuple[tuple[str, Program], ...]
     delete_hop: tuple[str, ...]
     restore_ttl: bool
-
-    @property
-    def reads_headers(self) -> bool:
-        return self.condition is not None or bool(self.set_context) or bool(self.set_hop)
+    reads_headers: bool
+    """Its condition or a modifier expression reads the headers (needs an activation)."""
+    modifies: bool
+    """Its modifier sets or deletes a header key (else the copy carries the headers as is)."""
 
 
 @dataclass(slots=True)
@@ -92,6 +92,8 @@ def compile_edge(decl: EdgeDecl, engine: Engine) -> Edge:
         set_hop=set_hop,
         delete_hop=delete_hop,
         restore_ttl=restore,
+        reads_headers=decl.condition is not None or bool(set_context) or bool(set_hop),
+        modifies=bool(set_context or delete_context or set_hop or delete_hop),
     )
 
 
@@ -117,6 +119,8 @@ class EdgeTable:
 
     def __init__(self, edges: Iterable[Edge], engine: Engine) -> None:
         self._engine = engine
+        self._last: tuple[JsonObject, JsonObject, Activation] | None = None
+        """The activation built last, with the two header objects it was built from."""
         self._by_from: dict[str, list[Edge]] = {}
         for edge in edges:
             self._by_from.setdefault(edge.from_path, []).append(edge)
@@ -139,7 +143,7 @@ class EdgeTable:
         activation: Activation | None = None
         for edge in edges:
             if activation is None and edge.reads_headers:
-                activation = self._engine.activation({"context": context, "hop": hop})
+                activation = self._activation(context, hop)
             if edge.condition is not None:
                 assert activation is not None
                 try:
@@ -159,6 +163,9 @@ class EdgeTable:
                             )
                         )
                     continue
+            if not edge.modifies:
+                taken.append(Taken(edge, context, hop))
+                continue
             try:
                 new_context = _apply(edge.set_context, edge.delete_context, context, activation)
                 new_hop = _apply(edge.set_hop, edge.delete_hop, hop, activation)
@@ -168,6 +175,19 @@ class EdgeTable:
                 continue
             taken.append(Taken(edge, new_context, new_hop))
         return taken, skipped
+
+    def _activation(self, context: JsonObject, hop: JsonObject) -> Activation:
+        """The activation for these headers. A hive forwards its copies with the headers they
+        came with unless an edge modifies them, so down a chain of hives (and across the
+        copies of one fan-out) the same two objects come back: the activation built for them
+        last is reused, not converted again. Headers are never changed once built
+        (colony.envelope), and the cached pair is kept alive, so identity is equality here."""
+        last = self._last
+        if last is not None and last[0] is context and last[1] is hop:
+            return last[2]
+        activation = self._engine.activation({"context": context, "hop": hop})
+        self._last = (context, hop, activation)
+        return activation
 
 
 def _failing_key(edge: Edge, activation: Activation | None) -> str | None:

@@ -122,7 +122,9 @@ async def trace(colony: Colony, f: TraceFilters) -> dict[str, Any]:
             "IS NOT NULL"
         )
     where.compare("created_at", ">=", f.since)
-    sql = f"SELECT {_COLUMNS} FROM message_log{where} ORDER BY seq ASC LIMIT ?"
+    # ``seq`` selected too: ordered by a column it returns, SQLite merges the message log's two
+    # tables in order instead of sorting them (see colony.persist.schema).
+    sql = f"SELECT seq, {_COLUMNS} FROM message_log{where} ORDER BY seq ASC LIMIT ?"
     rows = await _read(colony, _select_log, sql, [*where.args, f.rows])
     return {"trace": rows}
 
@@ -304,7 +306,8 @@ def _fetch(path: Path, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
 
 
 def _select_log(path: Path, sql: str, args: Sequence[Any]) -> list[dict[str, Any]]:
-    return [_log_row(r) for r in _fetch(path, sql, args)]
+    """Rows of ``sql``, which selects ``seq`` before the message-log columns."""
+    return [_log_row(r[1:]) for r in _fetch(path, sql, args)]
 
 
 def _select_letters(path: Path, sql: str, args: Sequence[Any]) -> list[dict[str, Any]]:

@@ -44,6 +44,8 @@ EXTERNAL = "@external"
 """``from_path`` of message-log rows for messages born outside the colony."""
 READ_REPLY_SENDER = "/colony"
 """Who sends the answer of a ``/colony/*`` read (and every other substrate reply)."""
+_RESOLVED_MAX = 4096
+"""Resolved paths a routing table remembers at most."""
 
 
 class Target(Protocol):
@@ -68,6 +70,19 @@ class RoutingTable:
     """Write message-log rows (the harness may turn them off)."""
     egress: bool = False
     """Direct mode: a message at the root hive that no out-edge takes leaves the colony."""
+    resolved: dict[tuple[str, str], str] = field(default_factory=dict, init=False, repr=False)
+    """``resolve(sender, target)`` memoised: a topology names few paths, and each message
+    names them again."""
+
+    def resolve(self, sender: str, target: str) -> str:
+        """The absolute path ``target`` names when ``sender`` sends to it."""
+        key = (sender, target)
+        found = self.resolved.get(key)
+        if found is None:
+            if len(self.resolved) >= _RESOLVED_MAX:
+                self.resolved.clear()  # cells may name paths freely; never grow without bound
+            found = self.resolved[key] = resolve(sender, target)
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +146,7 @@ Decision = Inactive | Expired | InvalidEndpoint | Endpoint | Deliver | Transit |
 
 def decide(sender: str, message: Envelope, table: RoutingTable) -> Decision:
     """What one routing decision does with ``message`` sent by ``sender``."""
-    resolved = resolve(sender, message.target)
+    resolved = table.resolve(sender, message.target)
     cell = table.cells.get(resolved)
     if cell is not None and message.ttl > 0 and not cell.active:
         return Inactive(resolved)

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from colony.dead_letters import DeadLetter
 from colony.effects import LogRow
+from colony.persist.checkpoint import Checkpointer
 from colony.persist.items import Commit, Execute, Fence, Forget, Item, Registry, Stop, Unit
 from colony.persist.journal import JournalSnapshot
 from colony.persist.records import (
@@ -124,6 +125,7 @@ class ColonyDb:
             target=self._writer.run, name="colony-db-writer", daemon=True
         )
         self._thread.start()
+        self._checkpointer = Checkpointer(path)
 
     @property
     def closed(self) -> bool:
@@ -257,6 +259,7 @@ class ColonyDb:
 
     def close(self) -> None:
         """Commit what is queued and stop the writer (blocking; call once, at shutdown)."""
+        self._checkpointer.close()
         if self._thread.is_alive():
             self._queue.put(Stop())
             self._thread.join()

@@ -25,6 +25,9 @@ import re
 from typing import Any
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_ENCODE = json.JSONEncoder(ensure_ascii=False, default=repr).encode
+_ENCODE_ASCII = json.JSONEncoder(ensure_ascii=True, default=repr).encode
+"""``json.dumps`` with these arguments, without building an encoder per call."""
 
 
 def has_surrogate(text: str) -> bool:
@@ -49,7 +52,7 @@ def storable_json(value: Any) -> str:
     A value JSON cannot hold (a Python object a cell returned) is written as its ``repr``:
     the log must still take it. Raises ``ValueError`` / ``RecursionError`` only for what no
     JSON can be (a cycle, nesting past the interpreter's limit)."""
-    text = json.dumps(value, ensure_ascii=False, default=repr)
+    text = _ENCODE(value)
     if text.isascii() or _SURROGATE.search(text) is None:
         return text
-    return json.dumps(value, ensure_ascii=True, default=repr)
+    return _ENCODE_ASCII(value)

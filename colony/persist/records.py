@@ -160,7 +160,9 @@ def read_log(
     """Message-log rows in the order they were written (the first ``limit``), those of one
     trace when ``trace_id`` is given (read-only; usable without a running colony). The HTTP
     and message-plane reads with their filters are :mod:`colony.reads`."""
-    sql = f"SELECT {MESSAGE_LOG_SELECT} FROM message_log"
+    # ``seq`` selected too: ordered by a column it returns, SQLite merges the message log's two
+    # tables in order instead of sorting them (see colony.persist.schema).
+    sql = f"SELECT seq, {MESSAGE_LOG_SELECT} FROM message_log"
     args: tuple[Any, ...] = ()
     if trace_id is not None:
         sql += " WHERE trace_id = ?"
@@ -174,7 +176,7 @@ def read_log(
         rows = conn.execute(sql, args).fetchall()
     finally:
         conn.close()
-    return [log_entry(r) for r in rows]
+    return [log_entry(r[1:]) for r in rows]
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,29 @@ from colony.persist.schema import MESSAGE_LOG_COLUMNS, MESSAGE_LOG_SELECT
 
 _LOG_MARKS = ",".join("?" * len(MESSAGE_LOG_COLUMNS))
 
+LOG_MOVE_ROWS = 1024
+"""Message-log rows staged in ``message_log_recent`` move, in one statement, to
+``message_log_indexed`` (see :mod:`colony.persist.schema`) once the oldest of them is this many
+rows old: large enough that each index is written a page at a time, small enough that the move
+(a few milliseconds, inside the transaction of the unit that triggers it) and a read's scan of
+the unindexed rows stay short."""
+
+STAGE_MAX_CHARS = 2048
+"""A row whose headers and body are longer than this goes straight to ``message_log_indexed``:
+a move writes a row's bytes a second time, which costs more than the index pages staging saves
+once a row is a few kilobytes (measured: a 50 KB body cost three times as much staged)."""
+
+_LOG_ENDS = (
+    "SELECT (SELECT min(seq) FROM message_log_recent), (SELECT max(seq) FROM message_log_recent), "
+    "(SELECT max(seq) FROM message_log_indexed)"
+)
+_STAGE = f"INSERT INTO message_log_recent(seq, {MESSAGE_LOG_SELECT}) VALUES (?,{_LOG_MARKS})"
+_DIRECT = f"INSERT INTO message_log_indexed(seq, {MESSAGE_LOG_SELECT}) VALUES (?,{_LOG_MARKS})"
+_MOVE = (
+    f"INSERT INTO message_log_indexed(seq, {MESSAGE_LOG_SELECT}) "
+    f"SELECT seq, {MESSAGE_LOG_SELECT} FROM message_log_recent ORDER BY seq"
+)
+
 UNSTORABLE = DeadLetterCode.UNSTORABLE
 """Dead-letter code of a message whose unit ``colony.db`` could not store."""
 
@@ -32,7 +55,19 @@ def describe(exc: BaseException) -> str:
 class Rows:
     """Rows of one transaction, serialised (and escaped) on the writer thread."""
 
-    __slots__ = ("_body", "_body_json", "acks", "forgets", "inserts", "letters", "logs", "registry")
+    __slots__ = (
+        "_body",
+        "_body_json",
+        "_context",
+        "_headers_json",
+        "_hop",
+        "acks",
+        "forgets",
+        "inserts",
+        "letters",
+        "logs",
+        "registry",
+    )
 
     def __init__(self) -> None:
         self.logs: list[tuple[Any, ...]] = []
@@ -43,6 +78,9 @@ class Rows:
         self.registry: list[tuple[Any, ...]] = []
         self._body: Any = None
         self._body_json = ""
+        self._context: Any = None
+        self._hop: Any = None
+        self._headers_json = ""
 
     def _body_of(self, m: Envelope) -> str:
         # Follow-ups of one emission and transit copies share a body object.
@@ -50,6 +88,15 @@ class Rows:
             self._body_json = storable_json(m.body)
             self._body = m.body
         return self._body_json
+
+    def _headers_of(self, m: Envelope) -> str:
+        # A hive's transit copies carry the headers they arrived with (the same two objects)
+        # unless an edge modified them: each pair is serialised once.
+        context, hop = m.headers.context, m.headers.hop
+        if context is not self._context or hop is not self._hop or not self._headers_json:
+            self._headers_json = storable_json({"context": context, "hop": hop})
+            self._context, self._hop = context, hop
+        return self._headers_json
 
     def log(self, item: LogRow) -> None:
         m = item.message
@@ -63,7 +110,7 @@ class Rows:
                 storable_text(item.from_path),
                 storable_text(item.to_path),
                 storable_optional(m.reply_to),
-                storable_json({"context": m.headers.context, "hop": m.headers.hop}),
+                self._headers_of(m),
                 "inline",
                 self._body_of(m),
                 m.created_at,
@@ -76,8 +123,17 @@ class Rows:
     def journal(self, cell: str, sender: str, m: Envelope) -> None:
         # The envelope as dead letters store it, minus the body: that is kept apart, so a body
         # shared by follow-ups is serialised once (the journal reader joins them again).
-        envelope = m.to_json()
-        del envelope["body_kind"], envelope["body_payload"]
+        envelope = {
+            "id": m.id,
+            "trace_id": m.trace_id,
+            "parent_message_id": m.parent_message_id,
+            "correlation_id": m.correlation_id,
+            "target": m.target,
+            "reply_to": m.reply_to,
+            "ttl": m.ttl,
+            "headers": {"context": m.headers.context, "hop": m.headers.hop},
+            "created_at": m.created_at,
+        }
         self.inserts.append(
             (
                 storable_text(m.id),
@@ -146,10 +202,7 @@ class Rows:
         if self.forgets:
             conn.executemany("DELETE FROM journal WHERE seq = ?", self.forgets)
         if self.logs:
-            conn.executemany(
-                f"INSERT INTO message_log({MESSAGE_LOG_SELECT}) VALUES ({_LOG_MARKS})",
-                self.logs,
-            )
+            stage_log(conn, self.logs)
         if self.letters:
             conn.executemany(
                 "INSERT INTO dead_letters(sender_path, original_target, resolved_target, "
@@ -165,6 +218,28 @@ class Rows:
                 "updated_at=excluded.updated_at",
                 self.registry,
             )
+
+
+def stage_log(conn: sqlite3.Connection, logs: list[tuple[Any, ...]]) -> None:
+    """Write message-log rows, numbered after every row before them: small ones staged in
+    ``message_log_recent``, large ones (``STAGE_MAX_CHARS``) straight into
+    ``message_log_indexed``; move the staged rows once the oldest is ``LOG_MOVE_ROWS`` old."""
+    oldest, newest, indexed = conn.execute(_LOG_ENDS).fetchone()
+    first = max(newest or 0, indexed or 0) + 1
+    staged: list[tuple[Any, ...]] = []
+    direct: list[tuple[Any, ...]] = []
+    for seq, row in enumerate(logs, first):
+        # row[8] is the headers' JSON, row[10] the body's (see Rows.log)
+        small = len(row[8]) + len(row[10]) <= STAGE_MAX_CHARS
+        (staged if small else direct).append((seq, *row))
+    if staged:
+        conn.executemany(_STAGE, staged)
+        oldest = staged[0][0] if oldest is None else oldest
+    if direct:
+        conn.executemany(_DIRECT, direct)
+    if oldest is not None and first + len(logs) - oldest >= LOG_MOVE_ROWS:
+        conn.execute(_MOVE)
+        conn.execute("DELETE FROM message_log_recent")
 
 
 def letter_row(item: DeadLetter) -> tuple[Any, ...]:

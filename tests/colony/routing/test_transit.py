@@ -211,6 +211,34 @@ def test_a_condition_note_names_the_edge_its_condition_and_the_trace() -> None:
     assert note.fields["error"]
 
 
+def test_a_chain_of_hives_converts_the_headers_for_cel_once_per_set_of_headers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    routes = table(
+        edge("/", "/a", "hop.route == 'go'"),
+        edge("/a", "/a/b", "int(context.iter) < 3", set_context={"iter": "int(context.iter) + 1"}),
+        edge("/a/b", "/a/b/c", "int(context.iter) < 3"),
+        edge("/a/b/c", "/sink", "int(context.iter) == 1"),
+        cells=["/sink"],
+        hives=["/", "/a", "/a/b", "/a/b/c"],
+    )
+    engine = routes.edges._engine
+    built: list[dict[str, Any]] = []
+    convert = engine.activation
+
+    def counting(values: Any) -> Any:
+        built.append(dict(values))
+        return convert(values)
+
+    monkeypatch.setattr(engine, "activation", counting)
+    for _ in range(2):
+        fx = route(routes, "/", message("/", hop={"route": "go"}, context={"iter": 0}))
+        assert delivered(fx) == [("/sink", 59)]
+    # Per message: the headers it came with (read at / and /a) and those /a's modifier made
+    # (read at /a/b and /a/b/c); a second message with equal headers is converted afresh.
+    assert [b["context"] for b in built] == [{"iter": 0}, {"iter": 1}] * 2
+
+
 # -- modifiers --------------------------------------------------------------------------------
 
 
