@@ -199,12 +199,16 @@ def plan(args: dict[str, Any], schema: Schema, prefix: str = "") -> Plan:
     """The statement for one call (see the module docstring for the two error families);
     ``prefix`` goes before the table's name in the SQL (the cell's namespace in colony.db).
 
-    Planned twice: first against a schema holding every name, so a malformed call is
-    ``invalid_input`` whatever it names; then against ``schema``, which can only add an
-    unknown table or column. Each pass is a few dictionary lookups.
+    Planned against ``schema``; a call naming an unknown table or column is planned again
+    against a schema holding every name, so a malformed call is ``invalid_input`` whatever it
+    names (``schema`` can only add an unknown table or column to what that pass finds).
     """
-    _plan(args, _ANY_SCHEMA, prefix)
-    return _plan(args, schema, prefix)
+    try:
+        return _plan(args, schema, prefix)
+    except UnknownNameError:
+        # The unknown name may come before a malformed part: that one wins (invalid_input).
+        _plan(args, _ANY_SCHEMA, prefix)
+        raise
 
 
 def _plan(args: dict[str, Any], schema: Schema, prefix: str) -> Plan:

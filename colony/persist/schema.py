@@ -50,7 +50,7 @@ PRAGMAS = (
     "PRAGMA foreign_keys=ON",
 )
 
-DDL = """
+_DDL = """
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -64,46 +64,18 @@ CREATE TABLE IF NOT EXISTS registry (
     updated_at INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS message_log_indexed (
-    seq INTEGER PRIMARY KEY,
-    id TEXT NOT NULL,
-    trace_id TEXT NOT NULL,
-    parent_message_id TEXT,
-    correlation_id TEXT,
-    ttl INTEGER NOT NULL,
-    from_path TEXT NOT NULL,
-    to_path TEXT NOT NULL,
-    reply_to TEXT,
-    headers TEXT NOT NULL,
-    body_kind TEXT NOT NULL,
-    body_payload TEXT NOT NULL,
-    created_at INTEGER NOT NULL
-);
+{message_log_columns});
 CREATE INDEX IF NOT EXISTS message_log_trace ON message_log_indexed(trace_id);
 CREATE INDEX IF NOT EXISTS message_log_parent ON message_log_indexed(parent_message_id);
 CREATE INDEX IF NOT EXISTS message_log_to ON message_log_indexed(to_path);
 CREATE INDEX IF NOT EXISTS message_log_created ON message_log_indexed(created_at);
 CREATE INDEX IF NOT EXISTS message_log_id ON message_log_indexed(id);
 CREATE TABLE IF NOT EXISTS message_log_recent (
-    seq INTEGER PRIMARY KEY,
-    id TEXT NOT NULL,
-    trace_id TEXT NOT NULL,
-    parent_message_id TEXT,
-    correlation_id TEXT,
-    ttl INTEGER NOT NULL,
-    from_path TEXT NOT NULL,
-    to_path TEXT NOT NULL,
-    reply_to TEXT,
-    headers TEXT NOT NULL,
-    body_kind TEXT NOT NULL,
-    body_payload TEXT NOT NULL,
-    created_at INTEGER NOT NULL
-);
+{message_log_columns});
 CREATE VIEW IF NOT EXISTS message_log AS
-    SELECT seq, id, trace_id, parent_message_id, correlation_id, ttl, from_path, to_path,
-        reply_to, headers, body_kind, body_payload, created_at FROM message_log_indexed
+    SELECT {message_log_names} FROM message_log_indexed
     UNION ALL
-    SELECT seq, id, trace_id, parent_message_id, correlation_id, ttl, from_path, to_path,
-        reply_to, headers, body_kind, body_payload, created_at FROM message_log_recent;
+    SELECT {message_log_names} FROM message_log_recent;
 CREATE TABLE IF NOT EXISTS dead_letters (
     id INTEGER PRIMARY KEY,
     sender_path TEXT NOT NULL,
@@ -137,6 +109,22 @@ CREATE TABLE IF NOT EXISTS ingress_keys (
     created_at INTEGER NOT NULL
 );
 """
+_MESSAGE_LOG_TABLE = """\
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL,
+    trace_id TEXT NOT NULL,
+    parent_message_id TEXT,
+    correlation_id TEXT,
+    ttl INTEGER NOT NULL,
+    from_path TEXT NOT NULL,
+    to_path TEXT NOT NULL,
+    reply_to TEXT,
+    headers TEXT NOT NULL,
+    body_kind TEXT NOT NULL,
+    body_payload TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+"""
+"""The columns of both message-log tables (the staged one and the indexed one), written once."""
 
 
 class ColonyDbError(ColonyError):
@@ -184,6 +172,11 @@ MESSAGE_LOG_COLUMNS = (
 """A ``message_log`` row's columns in the one order every insert and select uses."""
 
 MESSAGE_LOG_SELECT = ", ".join(MESSAGE_LOG_COLUMNS)
+
+DDL = _DDL.format(
+    message_log_columns=_MESSAGE_LOG_TABLE, message_log_names="seq, " + MESSAGE_LOG_SELECT
+)
+"""Every table, index and view of ``colony.db`` (schema version :data:`SCHEMA_VERSION`)."""
 
 MESSAGE_ID_OF_ENVELOPE = (
     "CASE WHEN json_valid(message_json) THEN json_extract(message_json, '$.id') END"

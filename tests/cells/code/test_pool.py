@@ -14,25 +14,12 @@ import pytest
 
 from colony.envelope import Envelope
 from colony.testing import ColonyHarness
-from tests.conftest import CONTRACT, TreeFactory, hive
+from tests.cells.code.test_code_cell import code_tree as tree
+from tests.cells.code.test_code_cell import user
+from tests.conftest import CONTRACT, TreeFactory
 from tests.processes import alive, eventually
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux /proc")
-
-
-def tree(script: str, *, contract: dict[str, Any] | None = None, **params: Any) -> dict[str, Any]:
-    return {
-        "main/config.json": hive({"from": ".", "to": "./a"}, {"from": "./a", "to": "/sink"}),
-        "main/a/config.json": {
-            "cell": {"type": "code"},
-            "params": {"runner": "python3", "script_inline": script, **params},
-            "contract": contract or CONTRACT,
-        },
-    }
-
-
-def user(text: str = "hello") -> dict[str, Any]:
-    return {"messages": [{"origin": "user", "type": "text", "text": text}]}
 
 
 async def replies(make_tree: TreeFactory, files: dict[str, Any], *texts: str) -> list[Envelope]:
