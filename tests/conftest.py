@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,13 @@ import pytest
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _WORKER.startswith("gw") and "LLM_TRANSCRIPT_REDIS_URL" not in os.environ:
     os.environ["LLM_TRANSCRIPT_REDIS_URL"] = f"redis://127.0.0.1:6379/{15 - int(_WORKER[2:]) % 16}"
+
+# A suite started in the background by a non-interactive shell (`make test &`, nohup, some CI
+# runners) inherits SIGINT ignored (POSIX), and a process started with SIGINT ignored keeps
+# ignoring it, Python included: every daemon and `--follow` the tests start and then stop with
+# SIGINT would run on, and the test waiting for it time out. The tests want Ctrl-C's default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Tests that share something outside their own temporary folder run on one xdist worker, one
 # after another: the live Redis database they flush, and the fixed port 7799 the docs name.
