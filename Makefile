@@ -19,7 +19,7 @@ run: $(STAMP)
 	$(BIN)/meclaw demo
 
 # Two workers (pytest-xdist): tests sharing a live server or a fixed port are pinned to one
-# worker by tests/conftest.py. About 6 minutes on 2 cores; a plain `pytest` runs them in one.
+# worker by tests/conftest.py. About 4 minutes on 2 cores; a plain `pytest` runs them in one.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
