@@ -13,9 +13,12 @@ import asyncio
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 
-def _read(db: Path, sql: str) -> tuple[int, ...] | None:
+def _rows(db: Path, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]] | None:
+    """The rows of ``sql`` on a read-only connection, or None when the file or table is not
+    there yet, or stayed busy past the timeout."""
     if not db.exists():
         return None
     try:
@@ -23,12 +26,16 @@ def _read(db: Path, sql: str) -> tuple[int, ...] | None:
     except sqlite3.Error:
         return None
     try:
-        row = conn.execute(sql).fetchone()
-        return tuple(int(v) for v in row)
+        return conn.execute(sql, args).fetchall()
     except sqlite3.Error:  # not created yet, or busy past the timeout: no sample
         return None
     finally:
         conn.close()
+
+
+def _read(db: Path, sql: str) -> tuple[int, ...] | None:
+    rows = _rows(db, sql)
+    return None if not rows else tuple(int(v) for v in rows[0])
 
 
 class JournalWatch:
@@ -69,26 +76,16 @@ class JournalWatch:
     def dead_letter_kinds(self, limit: int = 5) -> list[str]:
         """The most frequent dead letters so far, one line per (code, cell) with its count and
         one detail, so a failed run says why its messages died (a blocking read)."""
-        if not self.db.exists():
-            return []
-        try:
-            conn = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=5)
-        except sqlite3.Error:
-            return []
-        try:
-            rows = conn.execute(
-                "SELECT error_code, resolved_target, COUNT(*), MIN(COALESCE(detail, '')) "
-                "FROM dead_letters GROUP BY error_code, resolved_target "
-                "ORDER BY COUNT(*) DESC LIMIT ?",
-                (limit,),
-            ).fetchall()
-        except sqlite3.Error:
-            return []
-        finally:
-            conn.close()
+        rows = _rows(
+            self.db,
+            "SELECT error_code, resolved_target, COUNT(*), MIN(COALESCE(detail, '')) "
+            "FROM dead_letters GROUP BY error_code, resolved_target "
+            "ORDER BY COUNT(*) DESC LIMIT ?",
+            (limit,),
+        )
         return [
             f"{code} at {cell}: {count}" + (f" ({detail[:200]})" if detail else "")
-            for code, cell, count, detail in rows
+            for code, cell, count, detail in rows or ()
         ]
 
 
