@@ -27,9 +27,22 @@ Work = Callable[[sqlite3.Connection], T]
 """SQL run against the cell's tables; returns what the cell needs of it."""
 
 
-_STORAGE_CODES = frozenset({5, 6, 7, 8, 10, 11, 13, 14, 15, 26})
-"""SQLite primary result codes that blame the storage (busy, locked, no memory, read-only, I/O,
-corrupt, full, cannot open, protocol, not a database), as the colony.db writer counts them."""
+_STORAGE_CODES = frozenset(
+    {
+        5,  # SQLITE_BUSY
+        6,  # SQLITE_LOCKED
+        7,  # SQLITE_NOMEM
+        8,  # SQLITE_READONLY
+        10,  # SQLITE_IOERR
+        11,  # SQLITE_CORRUPT
+        13,  # SQLITE_FULL
+        14,  # SQLITE_CANTOPEN
+        15,  # SQLITE_PROTOCOL
+        26,  # SQLITE_NOTADB
+    }
+)
+"""SQLite primary result codes that blame the storage, not the data (the one list: the
+colony.db writer's ``storage_trouble`` builds on :func:`storage_failure`)."""
 
 
 def storage_failure(exc: BaseException) -> bool:

@@ -273,12 +273,8 @@ class StoreCell:
                     {name: _read_back(value) for name, value in zip(step.columns, row, strict=True)}
                     for row in cursor.fetchall()
                 ]
-        except QueryTimeoutError:
-            return _error(step.operation, "query_timeout", "query exceeded query_timeout_ms", "")
-        except sqlite3.Error as exc:
-            return _result(step.operation, 0, started, str(exc), call_id, _classify(exc))
-        except OverflowError as exc:
-            return _result(step.operation, 0, started, str(exc), call_id, "type_mismatch")
+        except (QueryTimeoutError, sqlite3.Error, OverflowError) as exc:
+            return _failure(step.operation, exc, started, call_id)
         return _result(step.operation, len(rows), started, dumps_sorted(rows), call_id, None)
 
     def _write(
@@ -303,14 +299,12 @@ class StoreCell:
                     rows_affected = 0
                 else:
                     rows_affected = conn.execute(step.sql, step.values).rowcount
-        except QueryTimeoutError:
-            return _error(step.operation, "query_timeout", "query exceeded query_timeout_ms", "")
-        except sqlite3.Error as exc:
+        except QueryTimeoutError as exc:
+            return _failure(step.operation, exc, started, call_id)  # no receipt: ask again
+        except (sqlite3.Error, OverflowError) as exc:
             if storage_failure(exc):
                 raise  # the storage's fault: the transaction is retried, with this write
-            reply = _result(step.operation, 0, started, str(exc), call_id, _classify(exc))
-        except OverflowError as exc:
-            reply = _result(step.operation, 0, started, str(exc), call_id, "type_mismatch")
+            reply = _failure(step.operation, exc, started, call_id)
         else:
             reply = _result(step.operation, rows_affected, started, "null", call_id, None)
         if self.receipts and conn.in_transaction:
@@ -355,6 +349,17 @@ def _classify(exc: sqlite3.Error) -> str:
     if "has no column named" in text or "no such column" in text:
         return "unknown_column"
     return "sql_error"
+
+
+def _failure(operation: str, exc: Exception, started: float, call_id: str) -> JsonObject:
+    """The reply to an operation whose SQL failed: timed out, refused by SQLite, or given a
+    number SQLite cannot hold."""
+    if isinstance(exc, QueryTimeoutError):
+        return _error(operation, "query_timeout", "query exceeded query_timeout_ms", "")
+    if isinstance(exc, OverflowError):
+        return _result(operation, 0, started, str(exc), call_id, "type_mismatch")
+    assert isinstance(exc, sqlite3.Error)
+    return _result(operation, 0, started, str(exc), call_id, _classify(exc))
 
 
 def _result(

@@ -16,10 +16,10 @@ from typing import TypeVar
 
 from colony.celltables import CellTables, Work, table_name
 from colony.persist.db import ColonyDb, StorageUnavailable
+from colony.persist.schema import connect
 
 T = TypeVar("T")
 
-READ_BUSY_TIMEOUT_S = 30.0
 COMMIT_POLL_S = 0.05
 """While the storage is out, how often a cell waiting for its write's commit looks again."""
 
@@ -70,12 +70,7 @@ class ColonyTables(CellTables):
     async def read(self, work: Work[T]) -> T:
         await self.committed()
         if self._reader is None:
-            self._reader = sqlite3.connect(
-                self.db.path,
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=READ_BUSY_TIMEOUT_S,
-            )
+            self._reader = connect(str(self.db.path), readonly=True)
         return work(self._reader)
 
     async def close(self) -> None:

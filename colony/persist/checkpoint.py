@@ -39,7 +39,6 @@ class Checkpointer:
         except sqlite3.Error:
             return  # the writer's own backstop checkpoints, and the writer reports the file
         with contextlib.closing(conn):
-            conn.execute("PRAGMA wal_autocheckpoint=0")
             while not self._stopping.wait(self._period_s):
                 # The storage in trouble is the writer's to report; try again next period.
                 with contextlib.suppress(sqlite3.Error):

@@ -54,26 +54,6 @@ __all__ = [
 ]
 
 
-def _completion() -> tuple[asyncio.Future[None], Callable[[BaseException | None], None]]:
-    """A future of the running loop, and the callback the writer thread calls to settle it."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[None] = loop.create_future()
-
-    def done(error: BaseException | None) -> None:
-        def resolve() -> None:
-            if future.done():
-                return
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(None)
-
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-            loop.call_soon_threadsafe(resolve)
-
-    return future, done
-
-
 def _result() -> tuple[asyncio.Future[Any], Callable[[Any, BaseException | None], None]]:
     """A future of the running loop for a result the writer thread produces."""
     loop = asyncio.get_running_loop()
@@ -92,6 +72,12 @@ def _result() -> tuple[asyncio.Future[Any], Callable[[Any, BaseException | None]
             loop.call_soon_threadsafe(resolve)
 
     return future, done
+
+
+def _completion() -> tuple[asyncio.Future[None], Callable[[BaseException | None], None]]:
+    """A future of the running loop, and the callback the writer thread calls to settle it."""
+    future, done = _result()
+    return future, lambda error: done(None, error)
 
 
 def _ignore(error: BaseException | None) -> None:

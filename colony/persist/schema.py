@@ -42,6 +42,8 @@ from colony.errors import ColonyError
 SCHEMA_VERSION = "2"
 UPGRADABLE = frozenset({"1"})
 """Versions this daemon opens and brings to :data:`SCHEMA_VERSION` (see :func:`migrate`)."""
+READABLE = UPGRADABLE | {SCHEMA_VERSION}
+"""Versions this daemon opens at all."""
 
 PRAGMAS = (
     "PRAGMA journal_mode=WAL",
@@ -223,7 +225,7 @@ def migrate(conn: sqlite3.Connection) -> None:
             if has_meta
             else None
         )
-        if row is not None and row[0] != SCHEMA_VERSION and row[0] not in UPGRADABLE:
+        if row is not None and row[0] not in READABLE:
             raise SchemaError(
                 f"colony.db has schema_version {row[0]}; this daemon reads {SCHEMA_VERSION}"
             )
@@ -310,7 +312,7 @@ def probe(path: Path) -> str | None:
         return f"is damaged ({exc}); {_ASIDE}"
     finally:
         conn.close()
-    if row is not None and row[0] != SCHEMA_VERSION and row[0] not in UPGRADABLE:
+    if row is not None and row[0] not in READABLE:
         return (
             f"has schema_version {row[0]}, and this daemon reads {SCHEMA_VERSION} (and "
             f"upgrades {', '.join(sorted(UPGRADABLE))}): run the meclaw that wrote it, or "

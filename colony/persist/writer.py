@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from colony.celltables import storage_failure
 from colony.crashpoints import crash_point
 from colony.dead_letters import DeadLetter
 from colony.errors import ColonyError
@@ -45,22 +46,6 @@ LINGER_S = 0.05
 
 _RETRY_FIRST_S = 0.05
 _RETRY_MAX_S = 2.0
-
-# Primary SQLite result codes that say the storage, not the data, is at fault.
-_STORAGE_CODES = frozenset(
-    {
-        5,  # SQLITE_BUSY
-        6,  # SQLITE_LOCKED
-        7,  # SQLITE_NOMEM
-        8,  # SQLITE_READONLY
-        10,  # SQLITE_IOERR
-        11,  # SQLITE_CORRUPT
-        13,  # SQLITE_FULL
-        14,  # SQLITE_CANTOPEN
-        15,  # SQLITE_PROTOCOL
-        26,  # SQLITE_NOTADB
-    }
-)
 
 
 class PersistenceError(ColonyError):
@@ -83,13 +68,10 @@ class UnitRejected(PersistenceError):
 
 
 def storage_trouble(exc: BaseException) -> bool:
-    """True when ``exc`` says the storage failed (retry later), not the data written."""
-    if isinstance(exc, OSError):
-        return True
-    if isinstance(exc, sqlite3.OperationalError):
-        return True  # disk I/O, full, locked, no such table (the file was replaced), ...
-    code = getattr(exc, "sqlite_errorcode", None)
-    return isinstance(code, int) and code & 0xFF in _STORAGE_CODES
+    """True when ``exc`` says the storage failed (retry later), not the data written: what
+    :func:`~colony.celltables.storage_failure` says, and any ``OperationalError`` too (disk
+    I/O, full, locked, no such table when the file was replaced, ...)."""
+    return isinstance(exc, sqlite3.OperationalError) or storage_failure(exc)
 
 
 Event = Callable[[str, dict[str, Any]], None]
