@@ -83,12 +83,12 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _children(exclude: frozenset[int] = frozenset(), of: int | None = None) -> list[Path]:
-    """The ``/proc`` folders of the live descendants of process ``of`` (this one by default)
-    but ``exclude`` and theirs (empty where there is no /proc). Descendants, not children:
-    the pool workers of the code cells are the zygote's children, and a live process's CPU
-    shows in no parent's cutime until it is reaped."""
-    proc, root = Path("/proc"), os.getpid() if of is None else of
+def _children(exclude: frozenset[int] = frozenset()) -> list[Path]:
+    """The ``/proc`` folders of this process's live descendants but ``exclude`` and theirs
+    (empty where there is no /proc). Descendants, not children: the pool workers of the code
+    cells are the zygote's children, and a live process's CPU shows in no parent's cutime
+    until it is reaped."""
+    proc, root = Path("/proc"), os.getpid()
     if not proc.is_dir():
         return []
     parents: dict[int, list[Path]] = {}
@@ -155,7 +155,8 @@ def _summary(seconds: list[float], hops: list[int]) -> dict[str, float]:
 # -- ours -------------------------------------------------------------------------------------
 
 
-SERVE_MODEL_SCRIPT = str(Path(__file__).resolve())
+THIS_SCRIPT = str(Path(__file__).resolve())
+"""Run again for each side, and for the scripted provider's process."""
 
 
 class ModelProcess:
@@ -165,13 +166,12 @@ class ModelProcess:
     def __init__(self) -> None:
         self.url = ""
         self.pid = 0
-        self.report: dict[str, Any] = {}
         self._proc: asyncio.subprocess.Process | None = None
 
     async def __aenter__(self) -> ModelProcess:
         self._proc = await asyncio.create_subprocess_exec(
             sys.executable,
-            SERVE_MODEL_SCRIPT,
+            THIS_SCRIPT,
             "--serve-model",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
@@ -188,12 +188,11 @@ class ModelProcess:
         assert self._proc is not None
         assert self._proc.stdin is not None
         assert self._proc.stdout is not None
-        if not self.report:
-            self._proc.stdin.close()
-            line = await asyncio.wait_for(self._proc.stdout.readline(), 60)
-            self.report = json.loads(line) if line else {}
-            await self._proc.wait()
-        return self.report
+        self._proc.stdin.close()
+        line = await asyncio.wait_for(self._proc.stdout.readline(), 60)
+        await self._proc.wait()
+        report: dict[str, Any] = json.loads(line) if line else {}
+        return report
 
     async def __aexit__(self, *exc: object) -> None:
         if self._proc is not None and self._proc.returncode is None:
@@ -266,11 +265,9 @@ async def _run_ours(turns: int, warmup: int) -> dict[str, Any]:
                     body = {
                         "messages": [{"origin": "user", "type": "text", "text": _question(turn)}]
                     }
-                    decisions, cpu, cells = (
-                        h.colony.decisions,
-                        _cpu_seconds(),
-                        _children_cpu_seconds(provider),
-                    )
+                    # The /proc walk first: its own CPU must not count as the daemon's.
+                    cells = _children_cpu_seconds(provider)
+                    decisions, cpu = h.colony.decisions, _cpu_seconds()
                     started = time.perf_counter()
                     traces[turn] = await h.send(
                         "/capture", body, context={"turn_id": turn}, ttl=TURN_TTL
@@ -516,7 +513,7 @@ def _run_langgraph(turns: int, warmup: int) -> dict[str, Any]:
 
 def _side(side: str, turns: int, warmup: int) -> dict[str, Any]:
     """Run one side in a fresh interpreter (its own peak RSS); its JSON line, or raise."""
-    argv = [sys.executable, str(Path(__file__).resolve()), "--side", side, "--json"]
+    argv = [sys.executable, THIS_SCRIPT, "--side", side, "--json"]
     argv += ["--turns", str(turns), "--warmup", str(warmup)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False)
     if done.returncode != 0:
@@ -529,8 +526,16 @@ def _ms(value: float) -> str:
     return f"{value:,.1f} ms" if value >= 1 else f"{value * 1000:,.0f} µs"
 
 
+def _ratios(ours: dict[str, Any], lg: dict[str, Any]) -> tuple[float, float]:
+    """LangGraph over ours: per turn (wall time) and CPU per turn."""
+    return (
+        lg["median_turn_ms"] / ours["median_turn_ms"],
+        lg["cpu_ms_per_turn"] / ours["cpu_ms_per_turn"],
+    )
+
+
 def _report(ours: dict[str, Any], lg: dict[str, Any] | None, seconds: float) -> str:
-    ratio = lg["median_turn_ms"] / ours["median_turn_ms"] if lg else None
+    ratio, cpu = _ratios(ours, lg) if lg else (None, None)
     lines = [
         f"one turn = {ROUNDS} rounds x {TOOLS} parallel tool calls + a text answer; scripted "
         f"zero-latency model; SQLite persistence on both sides; {ours['turns']} turns each, "
@@ -560,7 +565,7 @@ def _report(ours: dict[str, Any], lg: dict[str, Any] | None, seconds: float) -> 
             f"  ratio LangGraph/ours per turn: {ratio:.2f}x, {plain} "
             f"(target >= {TARGET:g}x -> {verdict})"
         )
-        cpu = lg["cpu_ms_per_turn"] / ours["cpu_ms_per_turn"]
+        assert cpu is not None
         lines.append(
             f"  ratio LangGraph/ours CPU per turn: {cpu:.2f}x (ours {ours['cpu_ms_per_turn']:.0f} "
             f"ms: daemon + cell processes; target >= {TARGET:g}x -> "
@@ -595,7 +600,6 @@ def _report(ours: dict[str, Any], lg: dict[str, Any] | None, seconds: float) -> 
     )
     if ratio is not None:
         lines.append(f"| ratio LangGraph / ours | {ratio:.2f}x | target >= {TARGET:g}x |")
-        cpu = lg["cpu_ms_per_turn"] / ours["cpu_ms_per_turn"]
         lines.append(f"| ratio LangGraph / ours, CPU | {cpu:.2f}x | target >= {TARGET:g}x |")
     return "\n".join(lines)
 
@@ -622,7 +626,7 @@ def _record(ours: dict[str, Any], lg: dict[str, Any] | None) -> None:
         turn = ours["median_turn_ms"]
         record("vs_langgraph", "turn, ours", turn, "ms", loop="asyncio", note=INSTALL_HINT)
         return
-    ratio = lg["median_turn_ms"] / ours["median_turn_ms"]
+    ratio, cpu = _ratios(ours, lg)
     record(
         "vs_langgraph",
         "turn (6 rounds x 2 tools), ours",
@@ -636,7 +640,6 @@ def _record(ours: dict[str, Any], lg: dict[str, Any] | None) -> None:
         met=ratio >= TARGET,
         note=note,
     )
-    cpu = lg["cpu_ms_per_turn"] / ours["cpu_ms_per_turn"]
     record(
         "vs_langgraph",
         "CPU per turn, ours (daemon + cell processes)",
@@ -704,8 +707,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAILED: {failed}", file=sys.stderr)
         return 1
     if args.json:
-        ratio = lg["median_turn_ms"] / ours["median_turn_ms"] if lg else None
-        cpu = lg["cpu_ms_per_turn"] / ours["cpu_ms_per_turn"] if lg else None
+        ratio, cpu = _ratios(ours, lg) if lg else (None, None)
         doc = {"ours": ours, "langgraph": lg, "ratio": ratio, "cpu_ratio": cpu, "target": TARGET}
         met = ratio is not None and cpu is not None and min(ratio, cpu) >= TARGET
         print(json.dumps({**doc, "met": met, "seconds": seconds}))
