@@ -140,8 +140,12 @@ class _PoolWorker:
     # -- sending
 
     def send(self, body: bytes) -> None:
+        if self.dead:  # it died before this (a failed start): nothing will read the frame
+            if self.current is not None:
+                self.current.end(None)
+            return
         frame = _LENGTH.pack(len(body)) + body
-        if not self._outbox and not self.dead:  # the usual case: one send takes it all
+        if not self._outbox:  # the usual case: one send takes it all
             try:
                 sent = self.sock.send(frame)
             except (BlockingIOError, InterruptedError):
