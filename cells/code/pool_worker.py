@@ -314,6 +314,9 @@ class ScriptRunner:
         self.main = sys.modules["__main__"]
         self.argv = list(sys.argv)
         self.base_path = list(sys.path)
+        self.safe_path = bool(getattr(sys.flags, "safe_path", False))
+        self.entry: tuple[tuple[int, int, int] | None, str] | None = None
+        """The script's folder as ``sys.path[0]``, for the file version it was found for."""
         self.cwd = os.getcwd()
         self.environ = dict(os.environ)
         self.environ_data = dict(getattr(os.environ, "_data", {}))
@@ -394,6 +397,14 @@ class ScriptRunner:
             self.code_key = key
         return self.code, None
 
+    def script_folder(self, path: str) -> str:
+        """The real folder of the script file, found again only when the file changed (a new
+        version, or a link pointed elsewhere: the key :meth:`compiled` has just checked)."""
+        entry = self.entry
+        if entry is None or entry[0] is None or entry[0] != self.code_key:
+            entry = self.entry = (self.code_key, os.path.dirname(os.path.realpath(path)))
+        return entry[1]
+
     def set_cpu_limit(self, usage: Any) -> None:
         """RLIMIT_CPU counts this process's whole life: the next job gets ``cpu`` seconds (at
         most one more) from now, then SIGXCPU kills the worker as it would a forked child."""
@@ -419,14 +430,10 @@ class ScriptRunner:
         sys.modules["__main__"] = main
         if self.path is None:
             sys.argv = ["-c"]
-            entry = ""
         else:
             sys.argv = [self.path]
             namespace["__file__"] = self.path
             namespace["__cached__"] = None
-            entry = os.path.dirname(os.path.realpath(self.path))
-        safe_path = bool(getattr(sys.flags, "safe_path", False))
-        sys.path[:] = self.base_path if safe_path else [entry, *self.base_path]
         self.running = True
         try:
             status, reasons = self.execute(namespace)
@@ -479,6 +486,8 @@ class ScriptRunner:
                 f"[Errno {exc.errno}] {exc.strerror}\n"
             )
             return 2, 0
+        entry = "" if self.path is None else self.script_folder(self.path)
+        sys.path[:] = self.base_path if self.safe_path else [entry, *self.base_path]
         try:
             if code is None:
                 code = compile(source or "", self.path or "<string>", "exec", dont_inherit=True)
