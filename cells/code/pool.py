@@ -26,7 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cells.code.process import Limits, ProcessError, RunResult, close_fds
+from cells.code.process import (
+    KILL_GRACE,
+    Limits,
+    ProcessError,
+    RunResult,
+    close_fds,
+    exit_fields,
+)
 from cells.code.zygote_client import Zygote, ZygoteJob
 
 __all__ = ["WORKER_SCRIPT", "PoolSettings", "WorkerPool"]
@@ -48,7 +55,6 @@ _REASONS = {
 """Why a worker retired by itself (the bits of its end frame's flags, see pool_worker.py)."""
 _CHUNK = 1 << 16
 _STDERR_TAIL = 8 * 1024
-_EXIT_GRACE = 5.0  # how long a killed or crashed worker may take to be reported as exited
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +291,7 @@ class _PoolWorker:
     async def _status(self) -> int:
         """The worker's exit status, from the zygote that reaps it."""
         try:
-            return await asyncio.wait_for(self.job.wait(), _EXIT_GRACE)
+            return await asyncio.wait_for(self.job.wait(), KILL_GRACE)
         except TimeoutError:
             raise ProcessError("a pool worker did not exit after SIGKILL") from None
 
@@ -293,15 +299,16 @@ class _PoolWorker:
     def _result(
         message: _PoolMessage, status: int, started: float, ended: float, *, timed_out: bool = False
     ) -> RunResult:
+        exit_code, term_signal = exit_fields(status)
         return RunResult(
-            exit_code=status if status >= 0 else -1,
+            exit_code=exit_code,
             stdout=bytes(message.stdout),
             stderr=bytes(message.stderr[-_STDERR_TAIL:]),
             stderr_truncated=message.stderr_total > _STDERR_TAIL,
             duration_ms=round((ended - started) * 1000),
             timed_out=timed_out,
             stdout_overflow=message.overflow,
-            term_signal=-status if status < 0 else None,
+            term_signal=term_signal,
         )
 
     # -- ending

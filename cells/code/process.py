@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 _CHUNK = 1 << 16
-_KILL_GRACE = 5.0  # how long a SIGKILLed process may take to be reported as exited
+KILL_GRACE = 5.0  # how long a SIGKILLed process may take to be reported as exited
 _DRAIN_GRACE = 0.5  # after a timeout: how long a process outside the group may hold the pipes
 
 
@@ -218,6 +218,13 @@ class Child(Protocol):
         ...
 
 
+def exit_fields(status: int) -> tuple[int, int | None]:
+    """A wait status (negative: the signal that ended the process) as a :class:`RunResult`'s
+    ``exit_code`` (-1 when a signal ended it) and ``term_signal``; forked, spawned and pool
+    runs all read it this way."""
+    return (status, None) if status >= 0 else (-1, -status)
+
+
 async def supervise(
     child: Child,
     pipes: Pipes,
@@ -266,7 +273,7 @@ async def supervise(
             timed_out = True
             if not exit_task.done():
                 child.kill()
-                done, _ = await asyncio.wait([exit_task], timeout=_KILL_GRACE)
+                done, _ = await asyncio.wait([exit_task], timeout=KILL_GRACE)
                 if not done:
                     raise ProcessError("the process did not exit after SIGKILL")
             exit_task.result()
@@ -275,9 +282,9 @@ async def supervise(
             pipes_open = [f for f in (out.done, err.done) if not f.done()]
             if pipes_open:  # only a process that left the group can still hold them
                 await asyncio.wait(pipes_open, timeout=_DRAIN_GRACE)
-        status = exit_task.result()
+        exit_code, term_signal = exit_fields(exit_task.result())
         return RunResult(
-            exit_code=status if status >= 0 else -1,
+            exit_code=exit_code,
             stdout=bytes(out.data),
             stderr=bytes(err.data),
             stderr_truncated=err.overflow or err.total > max_stderr_bytes,
@@ -285,7 +292,7 @@ async def supervise(
             timed_out=timed_out,
             stdout_overflow=out.overflow,
             stderr_overflow=err.overflow,
-            term_signal=-status if status < 0 else None,
+            term_signal=term_signal,
         )
     finally:
         if exit_task is None or not exit_task.done():

@@ -34,9 +34,9 @@ import socket
 import struct
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cells.code.isolation import job_environment, seal_daemon
 from cells.code.process import (
@@ -48,6 +48,8 @@ from cells.code.process import (
     close_fds,
     supervise,
 )
+
+T = TypeVar("T")
 
 __all__ = [
     "ZYGOTE_SCRIPT",
@@ -408,21 +410,16 @@ class Zygote:
         if argv is not None and not argv:
             raise ValueError("argv is empty")
         message = _run_message(script, path, argv, cwd, env, limits)
-        for attempt in range(2):
-            conn = await self._connection()
-            try:
-                return await conn.run(
-                    message,
-                    stdin,
-                    timeout=timeout,
-                    max_stdout_bytes=max_stdout_bytes,
-                    max_stderr_bytes=max_stderr_bytes,
-                    overflow=overflow,
-                )
-            except _UndeliveredError as exc:  # died before it forked the job: safe to run it anew
-                if attempt:
-                    raise ProcessError(str(exc)) from None
-        raise AssertionError("unreachable")
+        return await self._on_connection(
+            lambda conn: conn.run(
+                message,
+                stdin,
+                timeout=timeout,
+                max_stdout_bytes=max_stdout_bytes,
+                max_stderr_bytes=max_stderr_bytes,
+                overflow=overflow,
+            )
+        )
 
     async def launch(
         self,
@@ -440,12 +437,20 @@ class Zygote:
         if len(fds) != 3:
             raise ValueError("a job has exactly three fds: 0, 1 and 2")
         message = _run_message(None, path, None, cwd, env, limits)
-        for attempt in range(2):
+        # Copied anew for each attempt: start() owns (and closes) the copies it is given.
+        return await self._on_connection(
+            lambda conn: conn.start(message, [os.dup(fd) for fd in fds], timeout=_START_TIMEOUT)
+        )
+
+    async def _on_connection(self, attempt: Callable[[_Connection], Awaitable[T]]) -> T:
+        """``attempt`` on the zygote's connection, once more on a new zygote if the first one
+        died before it forked the job (then it is safe to run it anew)."""
+        for tries in range(2):
             conn = await self._connection()
             try:
-                return await conn.start(message, [os.dup(fd) for fd in fds], timeout=_START_TIMEOUT)
-            except _UndeliveredError as exc:  # died before it forked the job: safe to start anew
-                if attempt:
+                return await attempt(conn)
+            except _UndeliveredError as exc:
+                if tries:
                     raise ProcessError(str(exc)) from None
         raise AssertionError("unreachable")
 
