@@ -65,6 +65,15 @@ class Envelope:
 
     def to_json(self) -> JsonObject:
         """The serialized form dead letters store (meclaw's ``message_to_json`` shape)."""
+        doc = self.head_json()
+        doc["body_kind"] = "inline"
+        doc["body_payload"] = self.body
+        doc["created_at"] = self.created_at
+        return doc
+
+    def head_json(self) -> JsonObject:
+        """:meth:`to_json` up to the body (ids, paths, TTL, headers): the journal stores the
+        body apart, so a body shared by follow-ups is serialised once."""
         return {
             "id": self.id,
             "trace_id": self.trace_id,
@@ -74,9 +83,6 @@ class Envelope:
             "reply_to": self.reply_to,
             "ttl": self.ttl,
             "headers": {"context": self.headers.context, "hop": self.headers.hop},
-            "body_kind": "inline",
-            "body_payload": self.body,
-            "created_at": self.created_at,
         }
 
     @classmethod

@@ -21,6 +21,7 @@ next: a cell's emissions reach the journal in the order the cell made them.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -44,8 +45,9 @@ EXTERNAL = "@external"
 """``from_path`` of message-log rows for messages born outside the colony."""
 READ_REPLY_SENDER = "/colony"
 """Who sends the answer of a ``/colony/*`` read (and every other substrate reply)."""
-_RESOLVED_MAX = 4096
-"""Resolved paths a routing table remembers at most."""
+_resolve = functools.lru_cache(maxsize=4096)(resolve)
+"""``resolve(sender, target)`` memoised: a topology names few paths, and each message names
+them again (bounded: cells may name paths freely)."""
 
 
 class Target(Protocol):
@@ -70,19 +72,6 @@ class RoutingTable:
     """Write message-log rows (the harness may turn them off)."""
     egress: bool = False
     """Direct mode: a message at the root hive that no out-edge takes leaves the colony."""
-    resolved: dict[tuple[str, str], str] = field(default_factory=dict, init=False, repr=False)
-    """``resolve(sender, target)`` memoised: a topology names few paths, and each message
-    names them again."""
-
-    def resolve(self, sender: str, target: str) -> str:
-        """The absolute path ``target`` names when ``sender`` sends to it."""
-        key = (sender, target)
-        found = self.resolved.get(key)
-        if found is None:
-            if len(self.resolved) >= _RESOLVED_MAX:
-                self.resolved.clear()  # cells may name paths freely; never grow without bound
-            found = self.resolved[key] = resolve(sender, target)
-        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +135,7 @@ Decision = Inactive | Expired | InvalidEndpoint | Endpoint | Deliver | Transit |
 
 def decide(sender: str, message: Envelope, table: RoutingTable) -> Decision:
     """What one routing decision does with ``message`` sent by ``sender``."""
-    resolved = table.resolve(sender, message.target)
+    resolved = _resolve(sender, message.target)
     cell = table.cells.get(resolved)
     if cell is not None and message.ttl > 0 and not cell.active:
         return Inactive(resolved)

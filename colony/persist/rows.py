@@ -121,19 +121,9 @@ class Rows:
         self.letters.append(letter_row(item))
 
     def journal(self, cell: str, sender: str, m: Envelope) -> None:
-        # The envelope as dead letters store it, minus the body: that is kept apart, so a body
-        # shared by follow-ups is serialised once (the journal reader joins them again).
-        envelope = {
-            "id": m.id,
-            "trace_id": m.trace_id,
-            "parent_message_id": m.parent_message_id,
-            "correlation_id": m.correlation_id,
-            "target": m.target,
-            "reply_to": m.reply_to,
-            "ttl": m.ttl,
-            "headers": {"context": m.headers.context, "hop": m.headers.hop},
-            "created_at": m.created_at,
-        }
+        # The envelope as dead letters store it, minus the body (the journal reader joins them).
+        envelope = m.head_json()
+        envelope["created_at"] = m.created_at
         self.inserts.append(
             (
                 storable_text(m.id),
