@@ -129,8 +129,10 @@ class Colony:
         cell that failed in an earlier run stays failed)."""
         row = registry.get(storable_text(spec.path))  # as the registry stores the path
         capacity = spec.cell.mailbox_size or self.config.mailbox_default_capacity
+        if cell_type.runs_ahead:
+            self.journal.ahead.add(spec.path)
         overflow = (
-            JournalOverflow(self.db.path, spec.path, self.spilled)
+            JournalOverflow(self.db.path, spec.path, self.spilled, settle=self.db.settled)
             if self.journal.durable
             else MemoryOverflow(self.queued)
         )

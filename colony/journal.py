@@ -8,6 +8,22 @@ Under at-most-once delivery the same effects are applied without a commit: the r
 writer one by one and nobody waits. That is the only difference between the two modes.
 
 At boot, :meth:`Journal.redeliver` hands what the journal held to the cells' mailboxes.
+
+Running ahead
+-------------
+A hand-off does not always wait for its commit. The writer commits units in the order they
+are handed over, so a unit that acknowledges a message is never durable before the unit that
+delivered it: the colony may put a delivery into a mailbox as soon as its unit is queued, and
+the cell may handle it, while the writer catches up. A crash then loses the uncommitted tail
+of a chain and the boot re-runs it from the last committed unit, which at-least-once delivery
+allows already. Only what can be re-run without anyone outside noticing runs ahead: deliveries
+to cells whose type says so (``CellType.runs_ahead``: code and store cells), from a handled
+message (an ingress's caller and a long-running cell's source are told "journalled", so they
+wait), with no egress. The writer drops a delivery's row and its acknowledgement when both
+fall in one transaction (:class:`colony.persist.rows.Rows`), so a chain that runs ahead writes
+its journal rows only where a crash could leave them. If such a unit turns out unstorable,
+its handled message is dead-lettered ``unstorable`` as any other, and what it delivered has
+already run; the writer logs it.
 """
 
 from __future__ import annotations
@@ -60,6 +76,9 @@ class Journal:
         self.db = db
         self.durable = durable
         """At-least-once delivery: deliveries are journal rows, committed before they are put."""
+        self.ahead: set[str] = set()
+        """Paths of the cells a delivery may reach before its unit is committed (see the
+        module docstring, "Running ahead")."""
         self._unawaited = 0
         """Commits handed over since the last one waited for (see ``UNAWAITED_MAX``)."""
 
@@ -96,9 +115,10 @@ class Journal:
             message=message,
             fail_fast=fail_fast,
         )
-        if ack is not None and not effects.deliveries and self._unawaited < UNAWAITED_MAX:
+        if ack is not None and self._unawaited < UNAWAITED_MAX and self._may_run_ahead(effects):
             # Nothing waits on this commit: the writer applies units in order, so a later
-            # unit never lands without it; a crash before it only redelivers the message.
+            # unit never lands without it; a crash before it re-runs the chain from the last
+            # unit that landed.
             self._unawaited += 1
             self.db.commit_later(unit)
             return "applied"
@@ -113,6 +133,12 @@ class Journal:
                 raise
             return "rejected"
         return "duplicate" if unit.duplicate else "applied"
+
+    def _may_run_ahead(self, effects: Effects) -> bool:
+        if effects.egress:
+            return False
+        ahead = self.ahead
+        return all(d.cell in ahead for d in effects.deliveries)
 
     async def redeliver(self, cells: Mapping[str, Recipient], log: Logger) -> dict[str, int]:
         """Attach what the journal holds to the mailboxes, before any cell runs; returns how

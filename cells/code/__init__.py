@@ -13,6 +13,7 @@ CODE = CellType(
     default_max_concurrency=4,
     check_params=pydantic_check(CodeParams, check_folder),
     checks_own_emits=True,
+    runs_ahead=True,
 )
 
 __all__ = ["CODE", "CodeCell", "CodeParams"]

@@ -11,6 +11,7 @@ STORE = CellType(
     CellClass.STATEFUL,
     open_store,
     check_params=pydantic_check(StoreParams, check_folder),
+    runs_ahead=True,
 )
 
 __all__ = ["STORE", "StoreCell", "StoreParams", "open_store"]

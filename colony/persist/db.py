@@ -45,6 +45,9 @@ from colony.persist.writer import (
 
 T = TypeVar("T")
 
+_SETTLE_POLL_S = 0.05
+"""How often :meth:`ColonyDb.settled` looks again while the storage refuses writes."""
+
 __all__ = [
     "ColonyDb",
     "DbStatistics",
@@ -199,6 +202,16 @@ class ColonyDb:
         self._queue.put(Fence(done))
         await future
 
+    async def settled(self) -> None:
+        """Return once everything handed over before this call is committed or rejected:
+        :meth:`flush`, repeated while the storage refuses writes (what it keeps meanwhile is
+        not in the file yet; a file that was deleted or replaced takes nothing again)."""
+        await self.flush()
+        writer = self._writer
+        while writer.storage_error is not None and writer.lost is None and self._thread.is_alive():
+            await asyncio.sleep(_SETTLE_POLL_S)
+            await self.flush()
+
     async def commit(self, unit: Unit) -> None:
         """Hand a unit to the writer and return once it is committed (group commit: every
         unit queued meanwhile shares the transaction). Sets ``unit.duplicate`` when its key
@@ -230,7 +243,7 @@ class ColonyDb:
 
     def commit_later(self, unit: Unit) -> None:
         """Hand a unit to the writer without waiting (a failure is reported by the writer)."""
-        self._queue.put(Commit(unit, _ignore))
+        self._queue.put(Commit(unit, _ignore, waited=False))
 
     def journal(self) -> JournalSnapshot:
         """What the journal holds now (read at boot, before any unit is written), to be read

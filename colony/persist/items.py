@@ -69,11 +69,13 @@ Done = Callable[[BaseException | None], None]
 
 
 class Commit:
-    __slots__ = ("done", "unit")
+    __slots__ = ("done", "unit", "waited")
 
-    def __init__(self, unit: Unit, done: Done) -> None:
+    def __init__(self, unit: Unit, done: Done, *, waited: bool = True) -> None:
         self.unit = unit
         self.done = done
+        self.waited = waited
+        """Somebody waits for this commit (False: a unit handed over to run ahead)."""
 
 
 class Execute:

@@ -53,15 +53,24 @@ def describe(exc: BaseException) -> str:
 
 
 class Rows:
-    """Rows of one transaction, serialised (and escaped) on the writer thread."""
+    """Rows of one transaction, serialised (and escaped) on the writer thread.
+
+    A delivery's journal row is serialised only when the transaction is written: a message
+    that is delivered and acknowledged within one transaction (a chain running ahead of its
+    commits, :mod:`colony.journal`) needs neither its insert nor its delete, so both are
+    dropped. The journal then holds exactly what it would hold had each unit committed alone.
+    """
 
     __slots__ = (
-        "_body",
-        "_body_json",
+        "_bodies",
         "_context",
+        "_deliveries",
         "_headers_json",
         "_hop",
+        "_repeated",
+        "_unwritten",
         "acks",
+        "dropped",
         "forgets",
         "inserts",
         "letters",
@@ -73,21 +82,31 @@ class Rows:
         self.logs: list[tuple[Any, ...]] = []
         self.letters: list[tuple[Any, ...]] = []
         self.inserts: list[tuple[Any, ...]] = []
+        """Journal rows, serialised by :meth:`write`."""
         self.acks: list[tuple[str, str]] = []
         self.forgets: list[tuple[int]] = []
         self.registry: list[tuple[Any, ...]] = []
-        self._body: Any = None
-        self._body_json = ""
+        self.dropped = 0
+        """Deliveries acknowledged in this transaction: neither inserted nor deleted."""
+        self._deliveries: list[tuple[str, str, Envelope] | None] = []
+        self._unwritten: dict[tuple[str, str], int] = {}
+        """``(message id, cell)`` of each delivery not yet written, to its index."""
+        self._repeated: set[tuple[str, str]] = set()
+        """Keys delivered twice here: their rows are all written, and the ack deletes them."""
+        self._bodies: dict[int, tuple[Any, str]] = {}
         self._context: Any = None
         self._hop: Any = None
         self._headers_json = ""
 
     def _body_of(self, m: Envelope) -> str:
-        # Follow-ups of one emission and transit copies share a body object.
-        if m.body is not self._body or not self._body_json:
-            self._body_json = storable_json(m.body)
-            self._body = m.body
-        return self._body_json
+        # Follow-ups of one emission, transit copies and a delivery's log and journal rows
+        # share a body object: each is serialised once per transaction (the object is kept
+        # with its text, so its id cannot be reused meanwhile).
+        body = m.body
+        known = self._bodies.get(id(body))
+        if known is None or known[0] is not body:
+            known = self._bodies[id(body)] = (body, storable_json(body))
+        return known[1]
 
     def _headers_of(self, m: Envelope) -> str:
         # A hive's transit copies carry the headers they arrived with (the same two objects)
@@ -121,18 +140,43 @@ class Rows:
         self.letters.append(letter_row(item))
 
     def journal(self, cell: str, sender: str, m: Envelope) -> None:
-        # The envelope as dead letters store it, minus the body (the journal reader joins them).
-        envelope = m.head_json()
-        envelope["created_at"] = m.created_at
-        self.inserts.append(
-            (
-                storable_text(m.id),
-                storable_text(cell),
-                storable_text(sender),
-                storable_json(envelope),
-                self._body_of(m),
+        key = (m.id, cell)
+        if key in self._unwritten or key in self._repeated:
+            self._repeated.add(key)
+            self._unwritten.pop(key, None)
+        else:
+            self._unwritten[key] = len(self._deliveries)
+        self._deliveries.append((cell, sender, m))
+
+    def ack(self, message_id: str, cell: str) -> None:
+        """Remove a handled message from the journal, or drop its row not yet written."""
+        index = self._unwritten.pop((message_id, cell), None)
+        if index is not None:
+            self._deliveries[index] = None
+            self.dropped += 1
+            return
+        self.acks.append((storable_text(message_id), storable_text(cell)))
+
+    def _serialise_journal(self) -> None:
+        for delivery in self._deliveries:
+            if delivery is None:
+                continue
+            cell, sender, m = delivery
+            # The envelope as dead letters store it, minus the body (the journal reader
+            # joins them).
+            envelope = m.head_json()
+            envelope["created_at"] = m.created_at
+            self.inserts.append(
+                (
+                    storable_text(m.id),
+                    storable_text(cell),
+                    storable_text(sender),
+                    storable_json(envelope),
+                    self._body_of(m),
+                )
             )
-        )
+        self._deliveries = []
+        self._unwritten.clear()
 
     def unit(self, conn: sqlite3.Connection, unit: Unit) -> None:
         unit.duplicate = False
@@ -152,7 +196,7 @@ class Rows:
         for d in unit.deliveries:
             self.journal(d.cell, d.sender, d.message)
         if unit.ack is not None:
-            self.acks.append((storable_text(unit.ack[0]), storable_text(unit.ack[1])))
+            self.ack(*unit.ack)
 
     def add(self, conn: sqlite3.Connection, piece: Piece) -> None:
         match piece:
@@ -181,6 +225,7 @@ class Rows:
                 assert_never(piece)
 
     def write(self, conn: sqlite3.Connection) -> None:
+        self._serialise_journal()
         if self.inserts:
             conn.executemany(
                 "INSERT INTO journal(id, cell, sender, envelope, body) VALUES (?,?,?,?,?)",

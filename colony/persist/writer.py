@@ -41,6 +41,12 @@ from colony.persist.rows import UNSTORABLE, Rows, describe, unstorable_letters
 BATCH = 1024
 """Items taken from the queue per transaction, at most."""
 
+GATHER_S = 0.002
+"""How long a transaction whose units nobody waits for stays open for more: units that run
+ahead (:mod:`colony.journal`) then share a transaction with the units that acknowledge their
+deliveries, and neither's journal row is written. Anything somebody waits for (a unit, a
+cell's write, a fence) ends the wait at once."""
+
 LINGER_S = 0.05
 """How long a transaction that ran a cell's write stays open for the unit that answers it."""
 
@@ -78,6 +84,11 @@ Event = Callable[[str, dict[str, Any]], None]
 """``(event name, fields)``: what the writer reports (called on the writer thread)."""
 
 
+def _waited(piece: Piece) -> bool:
+    """Somebody waits for this piece: a unit's caller, or a cell for its write's result."""
+    return isinstance(piece, Execute) or (isinstance(piece, Commit) and piece.waited)
+
+
 class Writer:
     """Runs in its own thread (``run``) and owns the write connection."""
 
@@ -87,7 +98,8 @@ class Writer:
         self.on_event: Event | None = None
         self.rows_written = 0
         self.journalled = 0
-        """Journal inserts committed so far (deliveries made durable)."""
+        """Deliveries committed so far: journal rows written, and those acknowledged in the
+        same transaction (neither inserted nor deleted, :class:`~colony.persist.rows.Rows`)."""
         self.rejected = 0
         """Pieces that could not be stored (dead-lettered or reported)."""
         self.kept: list[Piece] = []
@@ -139,6 +151,9 @@ class Writer:
         fences: list[Fence] = []
         stop = False
         deadline = None if pause is None else time.monotonic() + pause
+        # While nobody waits for what was taken, wait up to GATHER_S for more (``window``).
+        gather = pause is None and not work
+        window = False
         taken = 0
         while taken < BATCH:
             try:
@@ -149,16 +164,24 @@ class Writer:
                 else:
                     item = self.items.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                break
+                if not gather:
+                    break
+                gather, window = False, True
+                deadline = time.monotonic() + GATHER_S
+                continue
             taken += 1
             if isinstance(item, Fence):
                 fences.append(item)
-                deadline = None
+                deadline, gather, window = None, False, False
             elif isinstance(item, Stop):
                 stop = True
-                deadline = None
+                deadline, gather, window = None, False, False
             else:
                 work.append(item)
+                if (gather or window) and _waited(item):
+                    gather = False
+                    if window:
+                        deadline, window = None, False
         return work, fences, stop
 
     def _stop(self) -> None:
@@ -213,7 +236,7 @@ class Writer:
         if any(isinstance(piece, Commit) for piece in work):
             crash_point("journal.commit")
         conn.execute("COMMIT")
-        return len(rows.logs) + len(rows.letters), len(rows.inserts)
+        return len(rows.logs) + len(rows.letters), len(rows.inserts) + rows.dropped
 
     def _linger(self, conn: sqlite3.Connection, rows: Rows, work: list[Piece]) -> None:
         """Keep the transaction open until the unit acknowledging each message whose cell
@@ -303,7 +326,7 @@ class Writer:
                     continue
                 conn.execute("RELEASE piece")
                 counts[0] += len(rows.logs) + len(rows.letters)
-                counts[1] += len(rows.inserts)
+                counts[1] += len(rows.inserts) + rows.dropped
             conn.execute("COMMIT")
         except Exception as exc:
             self._rollback()
@@ -342,7 +365,7 @@ class Writer:
             for letter in letters:
                 rows.letter(letter)
             if ack is not None:
-                rows.acks.append((storable_text(ack[0]), storable_text(ack[1])))
+                rows.ack(*ack)
             rows.write(conn)
         except Exception as second:
             conn.execute("ROLLBACK TO fallback")

@@ -1,0 +1,224 @@
+"""Running ahead: a delivery to a cell whose type allows it (code, store) reaches the mailbox
+before the unit that carries it is committed; the writer commits in order, so nothing a later
+hand-off writes is durable before the hand-off that caused it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from colony.cell import CellClass, CellSpec, CellType
+from colony.effects import Delivery
+from colony.envelope import Envelope, source_message
+from colony.persist.db import ColonyDb
+from colony.persist.items import Unit
+from colony.persist.rows import Rows
+from colony.persist.schema import open_for_writing
+from colony.testing import ColonyHarness
+
+
+def _tree(tmp: Path, *, mailbox_size: int | None = None) -> Path:
+    """``/first`` passes each message on to ``/second``, which passes it on to ``/sink``."""
+    root = tmp / "tree"
+    edges = [{"from": "first", "to": "second"}, {"from": "second", "to": "/sink"}]
+    (root / "main").mkdir(parents=True)
+    (root / "main" / "config.json").write_text(
+        json.dumps({"cell": {"type": "hive"}, "params": {"graph": {"edges": edges}}})
+    )
+    for name in ("first", "second"):
+        cell: dict[str, Any] = {"type": name, "timeout": -1}
+        if mailbox_size is not None and name == "second":
+            cell["mailbox_size"] = mailbox_size
+        (root / "main" / name).mkdir()
+        (root / "main" / name / "config.json").write_text(
+            json.dumps({"cell": cell, "contract": {"version": "1", "settings": {}, "consumes": {}}})
+        )
+    return root
+
+
+class _Relay:
+    """Waits for ``opened``, records what it started, passes the body on (``copies`` times)."""
+
+    def __init__(self, opened: asyncio.Event, started: list[str], copies: int = 1) -> None:
+        self.opened = opened
+        self.started = started
+        self.copies = copies
+
+    async def handle(self, message: Envelope) -> list[Any]:
+        await self.opened.wait()
+        self.started.append(message.body["messages"][0]["text"])
+        return [message.body] * self.copies
+
+
+def _types(
+    first: _Relay, second: _Relay, *, second_runs_ahead: bool
+) -> dict[str, CellType]:
+    def fixed(relay: _Relay) -> Callable[[CellSpec], _Relay]:
+        return lambda spec: relay
+
+    return {
+        "first": CellType("first", CellClass.STATEFUL, fixed(first), runs_ahead=True),
+        "second": CellType(
+            "second", CellClass.STATEFUL, fixed(second), runs_ahead=second_runs_ahead
+        ),
+    }
+
+
+def _journal_rows(db: ColonyDb) -> int:
+    conn = sqlite3.connect(db.path)
+    try:
+        (count,) = conn.execute("SELECT count(*) FROM journal").fetchone()
+        return int(count)
+    finally:
+        conn.close()
+
+
+def _body(text: str) -> dict[str, Any]:
+    return {"messages": [{"origin": "user", "type": "text", "text": text}]}
+
+
+@contextmanager
+def _writer_held(db: ColonyDb) -> Iterator[threading.Event]:
+    """Hold the writer inside a transaction until the yielded event is set (or the block
+    ends): nothing handed over meanwhile is committed."""
+    release = threading.Event()
+    entered = threading.Event()
+
+    def hold(conn: sqlite3.Connection) -> None:
+        entered.set()
+        release.wait(30)
+
+    db.execute(hold)
+    assert entered.wait(10)
+    try:
+        yield release
+    finally:
+        release.set()
+
+
+async def _until(predicate: Callable[[], bool], seconds: float = 5.0) -> bool:
+    for _ in range(int(seconds / 0.01)):
+        if predicate():
+            return True
+        await asyncio.sleep(0.01)
+    return predicate()
+
+
+async def test_a_delivery_to_a_cell_that_runs_ahead_is_handled_before_its_unit_is_committed(
+    tmp_path: Path,
+) -> None:
+    gate, open_now = asyncio.Event(), asyncio.Event()
+    open_now.set()
+    first, second = _Relay(gate, []), _Relay(open_now, [])
+    async with ColonyHarness(
+        _tree(tmp_path), capture=["/sink"], cell_types=_types(first, second, second_runs_ahead=True)
+    ) as h:
+        await h.send("/first", _body("m0"))  # an ingress: committed before it returns
+        with _writer_held(h.colony.db):
+            gate.set()
+            # /first's unit (delivering to /second) waits behind the held transaction, yet
+            # /second has the message already.
+            assert await _until(lambda: second.started == ["m0"])
+            assert h.captured("/sink") == []  # /sink does not run ahead: it waits
+        await h.settle()
+        assert [m.body for m in h.captured("/sink")] == [_body("m0")]
+        assert _journal_rows(h.colony.db) == 0
+
+
+async def test_a_delivery_to_a_cell_that_does_not_run_ahead_waits_for_its_commit(
+    tmp_path: Path,
+) -> None:
+    gate, open_now = asyncio.Event(), asyncio.Event()
+    open_now.set()
+    first, second = _Relay(gate, []), _Relay(open_now, [])
+    async with ColonyHarness(
+        _tree(tmp_path),
+        capture=["/sink"],
+        cell_types=_types(first, second, second_runs_ahead=False),
+    ) as h:
+        await h.send("/first", _body("m0"))
+        with _writer_held(h.colony.db) as release:
+            gate.set()
+            assert await _until(lambda: first.started == ["m0"])
+            await asyncio.sleep(0.2)
+            assert second.started == []
+            release.set()
+            assert await _until(lambda: second.started == ["m0"])
+        await h.settle()
+        assert len(h.captured("/sink")) == 1
+
+
+async def test_an_overflow_of_deliveries_that_ran_ahead_is_read_back_once_they_are_committed(
+    tmp_path: Path,
+) -> None:
+    gate, second_gate = asyncio.Event(), asyncio.Event()
+    # /second emits nothing: its hand-offs run ahead too, so it goes on to its overflow.
+    first, second = _Relay(gate, [], copies=4), _Relay(second_gate, [], copies=0)
+    async with ColonyHarness(
+        _tree(tmp_path, mailbox_size=1),
+        capture=["/sink"],
+        cell_types=_types(first, second, second_runs_ahead=True),
+    ) as h:
+        await h.send("/first", _body("m0"))
+        with _writer_held(h.colony.db) as release:
+            gate.set()  # four copies for /second: one in its mailbox, three in the overflow
+            assert await _until(lambda: h.colony.runners["/second"].mailbox.overflowing == 3)
+            second_gate.set()
+            assert await _until(lambda: len(second.started) == 1)
+            await asyncio.sleep(0.2)
+            # The overflow's rows are not committed: /second waits for them, it drops nothing.
+            assert len(second.started) == 1
+            release.set()
+        await h.settle()
+        assert len(second.started) == 4
+        assert _journal_rows(h.colony.db) == 0
+
+
+def _unit(ack: tuple[str, str] | None, *deliveries: tuple[str, Envelope]) -> Unit:
+    return Unit(ack=ack, deliveries=[Delivery(cell, m, "/") for cell, m in deliveries])
+
+
+def test_a_delivery_acknowledged_in_the_same_transaction_writes_no_journal_row(
+    tmp_path: Path,
+) -> None:
+    db_path = tmp_path / "colony.db"
+    conn = open_for_writing(db_path)
+    try:
+        kept, passed = source_message("/a", _body("kept")), source_message("/b", _body("passed"))
+        rows = Rows()
+        rows.unit(conn, _unit(None, ("/a", kept), ("/b", passed)))
+        rows.unit(conn, _unit((passed.id, "/b")))  # /b handled it before the commit
+        conn.execute("BEGIN")
+        rows.write(conn)
+        conn.execute("COMMIT")
+        assert rows.dropped == 1
+        assert rows.acks == []
+        assert conn.execute("SELECT id, cell FROM journal").fetchall() == [(kept.id, "/a")]
+    finally:
+        conn.close()
+
+
+def test_an_acknowledgement_of_a_message_delivered_twice_in_one_transaction_removes_both(
+    tmp_path: Path,
+) -> None:
+    conn = open_for_writing(tmp_path / "colony.db")
+    try:
+        twice = source_message("/a", _body("twice"))
+        rows = Rows()
+        rows.unit(conn, _unit(None, ("/a", twice)))
+        rows.unit(conn, _unit(None, ("/a", twice)))
+        rows.unit(conn, _unit((twice.id, "/a")))
+        conn.execute("BEGIN")
+        rows.write(conn)
+        conn.execute("COMMIT")
+        # As if each unit had committed alone: two rows in, and the ack deletes both.
+        assert rows.dropped == 0
+        assert conn.execute("SELECT count(*) FROM journal").fetchone() == (0,)
+    finally:
+        conn.close()
