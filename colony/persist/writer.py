@@ -34,7 +34,6 @@ from colony.celltables import storage_failure
 from colony.crashpoints import crash_point
 from colony.dead_letters import DeadLetter
 from colony.errors import ColonyError
-from colony.persist.escape import storable_text
 from colony.persist.items import Commit, Execute, Fence, Item, Piece, Stop
 from colony.persist.rows import UNSTORABLE, Rows, describe, unstorable_letters
 

@@ -56,9 +56,7 @@ class _Relay:
         return [message.body] * self.copies
 
 
-def _types(
-    first: _Relay, second: _Relay, *, second_runs_ahead: bool
-) -> dict[str, CellType]:
+def _types(first: _Relay, second: _Relay, *, second_runs_ahead: bool) -> dict[str, CellType]:
     def fixed(relay: _Relay) -> Callable[[CellSpec], _Relay]:
         return lambda spec: relay
 
