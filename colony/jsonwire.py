@@ -13,6 +13,13 @@ constants, no lone surrogates, at most :data:`MAX_DEPTH` levels of nesting.
 
 On the way out, :func:`dumps` writes standard JSON only: a non-finite float that reached a body
 anyway (a cell written in Python may emit one) is written as ``null``.
+
+Reading goes through orjson first (four to ten times the speed of ``json``, and a script's
+output is read on every hand-off to a code cell). orjson refuses what :func:`loads` refuses
+(constants, infinite numbers, lone surrogates, bad UTF-8, bad syntax) but allows deeper nesting
+and reads an integer past 64 bits as a float; a text it refuses, one with a run of 19 digits
+or more, or one with more brackets than :data:`MAX_DEPTH` is read the careful way below,
+which alone says what is wrong.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ import json
 import math
 import re
 from typing import Any, Literal
+
+import orjson
 
 from colony.errors import ColonyError
 from colony.persist.escape import has_surrogate
@@ -36,6 +45,10 @@ JsonPath = tuple[str | int, ...]
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _LONG_NUMBER = re.compile(r"-?\d{4000,}")
+_WIDE_TEXT = re.compile(r"\d{19}")
+_WIDE_BYTES = re.compile(rb"\d{19}")
+"""A run of digits orjson may read as a float (an integer past 64 bits)."""
+_CAREFUL = object()
 
 
 class JsonRefused(ColonyError, ValueError):
@@ -93,8 +106,24 @@ def _position(text: str, index: int) -> tuple[int, int]:
     return line, index - (text.rfind("\n", 0, index) + 1) + 1
 
 
+def _quick(raw: bytes | str) -> Any:
+    """``raw`` read by orjson, or ``_CAREFUL`` when only the careful reading can tell."""
+    if isinstance(raw, bytes):
+        if _WIDE_BYTES.search(raw) or raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
+            return _CAREFUL
+    elif _WIDE_TEXT.search(raw) or raw.count("[") + raw.count("{") > MAX_DEPTH:
+        return _CAREFUL
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _CAREFUL
+
+
 def loads(raw: bytes | str, what: str = "the body") -> Any:
     """``raw`` parsed as standard JSON, or :class:`JsonRefused` naming ``what`` was read."""
+    quick = _quick(raw)
+    if quick is not _CAREFUL:
+        return quick
 
     def refused(
         kind: Kind,

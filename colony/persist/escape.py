@@ -16,6 +16,13 @@ that one string failed every write of the daemon's life (issue 15, item 11). So 
 
 Text that is valid already (nearly all of it) costs one O(1) ``isascii()`` check, or one
 regex scan when it is not ASCII, and is stored unchanged.
+
+JSON is written by orjson (ten times the speed of ``json``, on every row the writer stores);
+whatever orjson refuses (a lone surrogate, an integer past 64 bits, a cycle, deep nesting, a
+key that is not a string or a number) is written by ``json`` exactly as before, so orjson
+changes the speed and the spacing of the text, never what reads back, with two exceptions
+in values no JSON text holds: a non-finite float is written ``null``, as
+:func:`colony.jsonwire.dumps` writes it, and a UUID as its text.
 """
 
 from __future__ import annotations
@@ -24,10 +31,16 @@ import json
 import re
 from typing import Any
 
+import orjson
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _ENCODE = json.JSONEncoder(ensure_ascii=False, default=repr).encode
 _ENCODE_ASCII = json.JSONEncoder(ensure_ascii=True, default=repr).encode
 """``json.dumps`` with these arguments, without building an encoder per call."""
+_ORJSON_OPTIONS = (
+    orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+)
+"""As ``json`` does: number keys become strings; dates and dataclasses go to ``repr``."""
 
 
 def has_surrogate(text: str) -> bool:
@@ -52,6 +65,10 @@ def storable_json(value: Any) -> str:
     A value JSON cannot hold (a Python object a cell returned) is written as its ``repr``:
     the log must still take it. Raises ``ValueError`` / ``RecursionError`` only for what no
     JSON can be (a cycle, nesting past the interpreter's limit)."""
+    try:
+        return orjson.dumps(value, default=repr, option=_ORJSON_OPTIONS).decode()
+    except TypeError:  # orjson.JSONEncodeError: json writes it, or raises as it always did
+        pass
     text = _ENCODE(value)
     if text.isascii() or _SURROGATE.search(text) is None:
         return text

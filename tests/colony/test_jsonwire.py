@@ -9,6 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cells.llm.dialects.base import TranslateError
 from cells.llm.dialects.base import parse_call as llm_call
@@ -40,6 +42,28 @@ def test_standard_json_parses_as_json_loads_does() -> None:
     for text in ['{"a": [1, 2.5, "é", null, true]}', "[" * 128 + "]" * 128, '"\\ud83d\\ude00"']:
         assert loads(text) == json.loads(text)
     assert loads(b'{"a": "\\\\ud800"}') == {"a": "\\ud800"}  # an escaped backslash, not a surrogate
+
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=30,
+)
+
+
+@given(_JSON_VALUES, st.booleans(), st.booleans())
+def test_the_quick_reading_and_the_careful_one_agree_on_every_standard_text(
+    value: Any, ascii_only: bool, as_bytes: bool
+) -> None:
+    text = json.dumps(value, ensure_ascii=ascii_only)
+    expected = json.loads(text)
+    got = loads(text.encode() if as_bytes else text)
+    assert got == expected
+    assert json.dumps(got) == json.dumps(expected)  # ints stay ints, -0.0 stays -0.0
 
 
 def _tool_call(text: str) -> dict[str, Any]:
