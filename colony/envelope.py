@@ -149,15 +149,16 @@ def follow_up(
     ttl: int,
 ) -> Envelope:
     """A message derived from ``parent``: same trace, parent link, fresh id and timestamp."""
+    # Positional: built several times per hand-off, and keywords cost a dataclass more.
     return Envelope(
-        id=uuid7(),
-        trace_id=parent.trace_id,
-        parent_message_id=parent.id,
-        correlation_id=parent.correlation_id,
-        target=target,
-        reply_to=reply_to,
-        ttl=ttl,
-        headers=Headers(context, hop),
-        body=body,
-        created_at=int(time.time()),
+        uuid7(),
+        parent.trace_id,
+        parent.id,
+        parent.correlation_id,
+        target,
+        reply_to,
+        ttl,
+        Headers(context, hop),
+        body,
+        int(time.time()),
     )

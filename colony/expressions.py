@@ -15,6 +15,7 @@ forces a choice.
 from __future__ import annotations
 
 import datetime
+import itertools
 import logging
 import math
 import os
@@ -111,17 +112,36 @@ class EngineUnavailableError(ColonyError, RuntimeError):
 
 
 class Activation:
-    """The variables of one evaluation, converted once for the engine that built it.
+    """The variables of one evaluation, converted at most once for the engine that built it.
 
     The router evaluates several edges against one message, so conversion happens here
-    rather than in every :meth:`Program.evaluate`.
+    rather than in every :meth:`Program.evaluate`; and only when a program needs the engine:
+    the usual edge condition (``has(hop.route) && hop.route == 'x'``) is answered from the
+    plain values (see :func:`_shortcut`), and converting costs more than evaluating.
     """
 
-    __slots__ = ("_engine", "_payload")
+    __slots__ = ("_engine", "_payload", "_plain", "_values")
 
-    def __init__(self, engine: Engine, payload: Any) -> None:
+    def __init__(self, engine: Engine, values: Mapping[str, JsonValue]) -> None:
         self._engine = engine
-        self._payload = payload
+        self._values = values
+        self._payload: Any = _UNCONVERTED
+        self._plain: dict[str, dict[str, Any] | None] | None = None
+        """Per map variable read by a shortcut: the value, or None when the engine must see
+        it (not an object, or holding something an engine treats apart)."""
+
+    def scope(self, name: str) -> dict[str, Any] | None:
+        """The map variable ``name`` when every value in it is plain JSON (so both engines read
+        it as it is); None otherwise."""
+        plain = self._plain
+        if plain is None:
+            plain = self._plain = {}
+        elif name in plain:
+            return plain[name]
+        value = self._values.get(name)
+        found = value if type(value) is dict and _is_plain(value) else None
+        plain[name] = found
+        return found
 
 
 class Program(ABC):
@@ -151,7 +171,10 @@ class Program(ABC):
         # Activations hold engine-specific data; another engine's would fail obscurely.
         if activation._engine is not self._engine:
             raise ValueError("activation was built by a different engine than this program")
-        return activation._payload
+        payload = activation._payload
+        if payload is _UNCONVERTED:
+            payload = activation._payload = self._engine._convert(activation._values)
+        return payload
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.source!r}>"
@@ -178,15 +201,24 @@ class Engine(ABC):
                 found = self._compile(source)
             except ExpressionSyntaxError as exc:
                 found = exc
+            else:
+                shortcut = _shortcut(source, self.variables) if found.check_error is None else None
+                if shortcut is not None:
+                    found = _ShortcutProgram(self, source, found, shortcut)
             self._cache[source] = found
         if isinstance(found, ExpressionSyntaxError):
             # A fresh exception each time: re-raising one instance would chain tracebacks.
             raise ExpressionSyntaxError(found.source, found.line, found.column, found.reason)
         return found
 
-    @abstractmethod
     def activation(self, values: Mapping[str, JsonValue]) -> Activation:
-        """Convert one message's variables; build once, evaluate many programs."""
+        """One message's variables; build once, evaluate many programs (converted for the
+        engine when the first program needs it)."""
+        return Activation(self, values)
+
+    @abstractmethod
+    def _convert(self, values: Mapping[str, JsonValue]) -> Any:
+        """The engine's own form of an activation's variables."""
 
     @abstractmethod
     def _compile(self, source: str) -> Program: ...
@@ -335,12 +367,10 @@ class _CelExprEngine(Engine):
             check_error = str(_parse_cpp_diagnostic(source, str(checked)))
         return _CelExprProgram(self, source, compiled, self._error_type, check_error)
 
-    def activation(self, values: Mapping[str, JsonValue]) -> Activation:
+    def _convert(self, values: Mapping[str, JsonValue]) -> Any:
         # The binding converts lazily: a value it cannot represent (an int beyond
         # uint64, say) makes that variable an error value when an expression reads it.
-        return Activation(
-            self, self._env.Activation(values if type(values) is dict else dict(values))
-        )
+        return self._env.Activation(values if type(values) is dict else dict(values))
 
 
 # --------------------------------------------------------------------------- cel-python
@@ -463,7 +493,7 @@ class _CelPythonEngine(Engine):
             reason = f"Syntax error: {first or type(exc).__name__}"
         return ExpressionSyntaxError(source, line, column, reason)
 
-    def activation(self, values: Mapping[str, JsonValue]) -> Activation:
+    def _convert(self, values: Mapping[str, JsonValue]) -> Any:
         payload: dict[str, Any] = {}
         for name, value in values.items():
             try:
@@ -471,7 +501,7 @@ class _CelPythonEngine(Engine):
             except _Unrepresentable as exc:
                 # As cel-cpp does: the variable becomes an error when an expression reads it.
                 payload[name] = self._eval_error(f"{exc} in variable {name!r}")
-        return Activation(self, payload)
+        return payload
 
     def _to_cel(self, value: object) -> Any:
         ct = self._ct
@@ -546,6 +576,384 @@ def _numeric_comparisons(celtypes: Any, evaluation: Any) -> dict[str, Any]:
         "_>_": comparison(operator.gt, evaluation.bool_gt),
         "_>=_": comparison(operator.ge, evaluation.bool_ge),
     }
+
+
+# --------------------------------------------------------------------------- shortcuts
+#
+# Most edge conditions are key tests and string comparisons on the headers
+# (``has(hop.route) && hop.route == 'fire'``); converting the headers for an engine costs more
+# than such an expression is worth. A source made only of the forms below is also compiled to
+# Python closures that read the plain values. A closure answers only where both engines give
+# the same value: anything else (a key the message lacks, a float, a type mix, an overflow, a
+# variable holding something an engine converts apart) is ``_DEFER``, and the engine's program
+# evaluates as before. So a shortcut never changes a value or an error, only who computes it.
+#
+#   or   := and ('||' and)*          and  := rel ('&&' rel)*
+#   rel  := sum (('=='|'!='|'<'|'<='|'>'|'>=') sum)?
+#   sum  := unary (('+'|'-') unary)*  unary := '!' unary | atom
+#   atom := VAR '.' KEY | 'has' '(' VAR '.' KEY ')' | 'int' '(' or ')' | '(' or ')'
+#         | 'true' | 'false' | INT | 'STRING' | "STRING"     (VAR: context or hop; no escapes)
+
+_UNCONVERTED: Final = object()
+"""An activation's payload before a program needed the engine's form."""
+_DEFER: Final[Any] = object()
+"""A shortcut's answer when the engine must answer."""
+_PLAIN_LIMIT: Final = 10_000
+"""Values looked at, at most, to find a variable plain (past it, the engine answers)."""
+_SURROGATES: Final = re.compile("[\ud800-\udfff]")
+_INT_TEXT: Final = re.compile(r"-?(?:0|[1-9][0-9]*)", re.ASCII)
+_TOKEN: Final = re.compile(
+    r"""\s*(?:(&&|\|\||==|!=|<=|>=|[<>!+\-().])|([A-Za-z_][A-Za-z0-9_]*)"""
+    r"""|(0|[1-9][0-9]*)(?![A-Za-z0-9_.])|'([^'\\\n\r]*)'|"([^"\\\n\r]*)")"""
+)
+_INT64_END: Final = 2**63
+
+Scopes: TypeAlias = dict[str, Any]
+"""The plain map variables a shortcut reads, by name."""
+Shortcut: TypeAlias = Callable[[Scopes], Any]
+Answer: TypeAlias = Callable[[Activation], Any]
+"""A compiled shortcut: a value, or ``_DEFER``."""
+
+
+def _is_plain(value: dict[str, Any]) -> bool:
+    """``value`` holds only what both engines convert alike and without error: objects with
+    string keys, arrays, strings without lone surrogates, int64/uint64 integers, finite
+    floats, booleans and null. (Headers are mostly flat objects: their values are looked at
+    in this loop, without the stack a nested value needs.)"""
+    budget = _PLAIN_LIMIT
+    stack: list[Any] = []
+    items: Any = value.items()
+    while True:
+        for key, item in items:
+            if type(key) is not str or (not key.isascii() and _SURROGATES.search(key)):
+                return False
+            if not _plain_scalar(item):
+                if type(item) is dict:
+                    stack.append(item.items())
+                elif type(item) is list:
+                    stack.append(zip(itertools.repeat(""), item))  # as if keyed by ""
+                else:
+                    return False
+        if not stack:
+            return True
+        budget -= 1
+        if not budget:
+            return False
+        items = stack.pop()
+
+
+def _plain_scalar(item: Any) -> bool:
+    kind = type(item)
+    if kind is str:
+        return item.isascii() or _SURROGATES.search(item) is None
+    if kind is bool or item is None:
+        return True
+    if kind is int:
+        return bool(_INT64_MIN <= item < _UINT64_END)
+    if kind is float:
+        return math.isfinite(item)  # cel-python's int(inf) escapes as OverflowError
+    return False
+
+
+def _scalar(value: Any) -> Any:
+    """A header value as a shortcut uses it (strings, booleans, int64), else ``_DEFER``."""
+    kind = type(value)
+    if kind is str or kind is bool:
+        return value
+    if kind is int and _INT64_MIN <= value < _INT64_END:
+        return value
+    return _DEFER
+
+
+class _NoShortcut(Exception):
+    """The source uses something the shortcuts do not cover."""
+
+
+class _Parser:
+    def __init__(self, source: str, variables: frozenset[str]) -> None:
+        self.variables = variables
+        self.used: set[str] = set()
+        """The variables the source reads."""
+        self.tokens: list[tuple[str, str]] = []
+        at, end = 0, len(source)
+        while at < end:
+            if source[at:].isspace():
+                break
+            found = _TOKEN.match(source, at)
+            if found is None:
+                raise _NoShortcut
+            op, name, number, single, double = found.groups()
+            if op is not None:
+                self.tokens.append(("op", op))
+            elif name is not None:
+                self.tokens.append(("name", name))
+            elif number is not None:
+                self.tokens.append(("int", number))
+            else:
+                text = single if single is not None else double
+                if _SURROGATES.search(text):
+                    raise _NoShortcut
+                self.tokens.append(("str", text))
+            at = found.end()
+        self.at = 0
+
+    def parse(self) -> Shortcut:
+        fn = self.disjunction()
+        if self.at != len(self.tokens):
+            raise _NoShortcut
+        return fn
+
+    def peek(self) -> tuple[str, str] | None:
+        return self.tokens[self.at] if self.at < len(self.tokens) else None
+
+    def take(self, kind: str, text: str | None = None) -> str:
+        token = self.peek()
+        if token is None or token[0] != kind or (text is not None and token[1] != text):
+            raise _NoShortcut
+        self.at += 1
+        return token[1]
+
+    def accept(self, *ops: str) -> str | None:
+        token = self.peek()
+        if token is not None and token[0] == "op" and token[1] in ops:
+            self.at += 1
+            return token[1]
+        return None
+
+    def disjunction(self) -> Shortcut:
+        fn = self.conjunction()
+        while self.accept("||"):
+            fn = _either(fn, self.conjunction())
+        return fn
+
+    def conjunction(self) -> Shortcut:
+        fn = self.relation()
+        while self.accept("&&"):
+            fn = _both(fn, self.relation())
+        return fn
+
+    def relation(self) -> Shortcut:
+        fn = self.sum()
+        op = self.accept("==", "!=", "<", "<=", ">", ">=")
+        if op is None:
+            return fn
+        fn = _compare(op, fn, self.sum())
+        if self.accept("==", "!=", "<", "<=", ">", ">="):
+            raise _NoShortcut  # a chain of relations: left to the engine
+        return fn
+
+    def sum(self) -> Shortcut:
+        fn = self.unary()
+        while op := self.accept("+", "-"):
+            fn = _arithmetic(op == "-", fn, self.unary())
+        return fn
+
+    def unary(self) -> Shortcut:
+        if self.accept("!"):
+            return _negation(self.unary())
+        return self.atom()
+
+    def selection(self) -> tuple[str, str]:
+        variable = self.take("name")
+        if variable not in self.variables:
+            raise _NoShortcut
+        self.used.add(variable)
+        self.take("op", ".")
+        return variable, self.take("name")
+
+    def atom(self) -> Shortcut:
+        token = self.peek()
+        if token is None:
+            raise _NoShortcut
+        kind, text = token
+        if kind == "op" and text == "(":
+            self.at += 1
+            fn = self.disjunction()
+            self.take("op", ")")
+            return fn
+        if kind == "str":
+            self.at += 1
+            return _constant(text)
+        if kind == "int":
+            self.at += 1
+            value = int(text)
+            if value >= _INT64_END:
+                raise _NoShortcut
+            return _constant(value)
+        if kind != "name":
+            raise _NoShortcut
+        if text in ("true", "false"):
+            self.at += 1
+            return _constant(text == "true")
+        if text in ("has", "int"):
+            self.at += 1
+            self.take("op", "(")
+            fn = _has(*self.selection()) if text == "has" else _to_int(self.disjunction())
+            self.take("op", ")")
+            return fn
+        variable, key = self.selection()
+        token = self.peek()
+        if token is not None and token[0] == "op" and token[1] in (".", "("):
+            raise _NoShortcut  # a deeper selection or a method call
+        return _select(variable, key)
+
+
+def _shortcut(source: str, variables: Sequence[str]) -> Answer | None:
+    """The closure answering ``source`` where it can, or None when it uses anything else."""
+    try:
+        parser = _Parser(source, _MAP_VARIABLES.intersection(variables))
+        fn = parser.parse()
+    except _NoShortcut:
+        return None
+    used = tuple(sorted(parser.used))
+
+    def shortcut(activation: Activation) -> Any:
+        # Every variable read must be plain, even one a short circuit skips: cel-python
+        # evaluates both sides, and one of its errors escapes ``false && ...``.
+        for name in used:
+            if activation.scope(name) is None:
+                return _DEFER
+        return fn(activation._plain)  # type: ignore[arg-type]  # filled by scope()
+
+    return shortcut
+
+
+def _constant(value: Any) -> Shortcut:
+    return lambda scopes: value
+
+
+def _select(variable: str, key: str) -> Shortcut:
+    def select(scopes: Scopes) -> Any:
+        scope = scopes[variable]
+        if key not in scope:
+            return _DEFER  # the engine's error (a missing key) has its own wording
+        return _scalar(scope[key])
+
+    return select
+
+
+def _has(variable: str, key: str) -> Shortcut:
+    def has(scopes: Scopes) -> Any:
+        return key in scopes[variable]
+
+    return has
+
+
+def _both(left: Shortcut, right: Shortcut) -> Shortcut:
+    def both(scopes: Scopes) -> Any:
+        first = left(scopes)
+        if first is False:  # false && anything is false, an error included, in CEL
+            return False
+        if first is not True:
+            return _DEFER
+        second = right(scopes)
+        return second if type(second) is bool else _DEFER
+
+    return both
+
+
+def _either(left: Shortcut, right: Shortcut) -> Shortcut:
+    def either(scopes: Scopes) -> Any:
+        first = left(scopes)
+        if first is True:  # true || anything is true
+            return True
+        if first is not False:
+            return _DEFER
+        second = right(scopes)
+        return second if type(second) is bool else _DEFER
+
+    return either
+
+
+def _negation(operand: Shortcut) -> Shortcut:
+    def negation(scopes: Scopes) -> Any:
+        value = operand(scopes)
+        return (not value) if type(value) is bool else _DEFER
+
+    return negation
+
+
+_ORDER: Final[dict[str, Callable[[Any, Any], bool]]] = {
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
+
+
+def _compare(op: str, left: Shortcut, right: Shortcut) -> Shortcut:
+    if op in ("==", "!="):
+        negate = op == "!="
+
+        def equality(scopes: Scopes) -> Any:
+            a = left(scopes)
+            if a is _DEFER:
+                return _DEFER
+            b = right(scopes)
+            if b is _DEFER or type(a) is not type(b):
+                return _DEFER  # across types the engines differ: theirs to say
+            return (a != b) if negate else (a == b)
+
+        return equality
+    order = _ORDER[op]
+
+    def ordering(scopes: Scopes) -> Any:
+        a = left(scopes)
+        if a is _DEFER:
+            return _DEFER
+        b = right(scopes)
+        kind = type(a)
+        if b is _DEFER or kind is not type(b) or kind is bool:
+            return _DEFER
+        return order(a, b)  # ints by value, strings by code point (as UTF-8 bytes order)
+
+    return ordering
+
+
+def _arithmetic(subtract: bool, left: Shortcut, right: Shortcut) -> Shortcut:
+    def arithmetic(scopes: Scopes) -> Any:
+        a = left(scopes)
+        if type(a) is not int:
+            return _DEFER
+        b = right(scopes)
+        if type(b) is not int:
+            return _DEFER
+        value = a - b if subtract else a + b
+        return value if _INT64_MIN <= value < _INT64_END else _DEFER  # overflow: an error
+
+    return arithmetic
+
+
+def _to_int(operand: Shortcut) -> Shortcut:
+    def to_int(scopes: Scopes) -> Any:
+        value = operand(scopes)
+        kind = type(value)
+        if kind is int:
+            return value
+        if kind is str and _INT_TEXT.fullmatch(value):
+            number = int(value)
+            return number if _INT64_MIN <= number < _INT64_END else _DEFER
+        return _DEFER
+
+    return to_int
+
+
+class _ShortcutProgram(Program):
+    """An engine's program with a shortcut in front: the shortcut's answer when it has one."""
+
+    __slots__ = ("_program", "_shortcut")
+
+    def __init__(self, engine: Engine, source: str, program: Program, shortcut: Answer) -> None:
+        super().__init__(engine, source, program.check_error)
+        self._program = program
+        self._shortcut = shortcut
+
+    def evaluate(self, activation: Activation) -> JsonValue:
+        if activation._engine is self._engine:
+            value = self._shortcut(activation)
+            if value is not _DEFER:
+                return value  # type: ignore[no-any-return]
+        return self._program.evaluate(activation)
 
 
 # --------------------------------------------------------------------------- choosing

@@ -33,52 +33,51 @@ ENVELOPE_BYTES = 256
 """What an envelope's ids, paths and numbers take as JSON, besides its headers and body."""
 
 _WALK_LIMIT = 1_000_000
-"""Values looked at, at most, to size one body (a cyclic body from a Python cell ends here)."""
+"""Objects and arrays looked into, at most, to size one value (a cyclic body from a Python
+cell ends here)."""
 
 
 def json_size(value: Any) -> int:
     """About how many characters ``value`` takes as JSON, without serialising it (about a
     microsecond for a usual body; iterative, so any nesting depth is fine)."""
     kind = type(value)
-    if kind is dict:  # the usual case, a flat object of a few keys, without the walk's stack
-        total = 2
-        for key, item in value.items():
-            kind = type(item)
-            if kind is str:
-                total += len(item) + 6
-            elif kind is dict or kind is list or kind is tuple:
-                total += 4 + _walk(item)
-            else:
-                total += 12
-            total += len(key) if type(key) is str else 8
-        return total
     if kind is str:
         return len(value) + 2
-    if kind is list or kind is tuple:
+    if kind is dict or kind is list or kind is tuple:
         return _walk(value)
     return 8
 
 
-def _walk(value: Any) -> int:
+def _walk(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> int:
+    # Each object or array is sized in one pass over its items: strings and scalars (most
+    # of a body) are counted where they are met, only nested ones go on the stack.
     total = 0
-    stack = [value]
+    stack: list[Any] = [value]
     budget = _WALK_LIMIT
     while stack and budget:
         budget -= 1
         item = stack.pop()
-        kind = type(item)
-        if kind is str:
-            total += len(item) + 2
-        elif kind is dict:
+        if type(item) is dict:
             total += 2 + 4 * len(item)
-            for key in item:
+            for key, part in item.items():
                 total += len(key) if type(key) is str else 8
-            stack.extend(item.values())
-        elif kind is list or kind is tuple:
-            total += 2 + len(item)
-            stack.extend(item)
+                kind = type(part)
+                if kind is str:
+                    total += len(part) + 2
+                elif kind is dict or kind is list or kind is tuple:
+                    stack.append(part)
+                else:
+                    total += 8
         else:
-            total += 8
+            total += 2 + len(item)
+            for part in item:
+                kind = type(part)
+                if kind is str:
+                    total += len(part) + 2
+                elif kind is dict or kind is list or kind is tuple:
+                    stack.append(part)
+                else:
+                    total += 8
     return total
 
 

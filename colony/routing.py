@@ -84,76 +84,6 @@ class Emitter:
     they are not checked here (off, or the cell type checks its own, as the code cell does)."""
 
 
-# -- one decision ---------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Inactive:
-    resolved: str
-
-
-@dataclass(slots=True)
-class Expired:
-    resolved: str
-
-
-@dataclass(slots=True)
-class InvalidEndpoint:
-    resolved: str
-    ttl: int
-
-
-@dataclass(slots=True)
-class Endpoint:
-    resolved: str
-    ttl: int
-
-
-@dataclass(slots=True)
-class Deliver:
-    cell: Any
-    resolved: str
-    ttl: int
-
-
-@dataclass(slots=True)
-class Transit:
-    hive: str
-    ttl: int
-    taken: list[Taken]
-    skipped: list[Skipped]
-
-
-@dataclass(slots=True)
-class Unresolved:
-    resolved: str
-    ttl: int
-
-
-Decision = Inactive | Expired | InvalidEndpoint | Endpoint | Deliver | Transit | Unresolved
-
-
-def decide(sender: str, message: Envelope, table: RoutingTable) -> Decision:
-    """What one routing decision does with ``message`` sent by ``sender``."""
-    resolved = _resolve(sender, message.target)
-    cell = table.cells.get(resolved)
-    if cell is not None and message.ttl > 0 and not cell.active:
-        return Inactive(resolved)
-    if message.ttl <= 0:
-        return Expired(resolved)
-    ttl = message.ttl - 1
-    if is_colony_endpoint(resolved):
-        if resolved == COLONY:
-            return InvalidEndpoint(resolved, ttl)
-        return Endpoint(resolved, ttl)
-    if cell is not None:
-        return Deliver(cell, resolved, ttl)
-    if resolved in table.hives:
-        taken, skipped = table.edges.evaluate(resolved, message.headers)
-        return Transit(resolved, ttl, taken, skipped)
-    return Unresolved(resolved, ttl)
-
-
 # -- a message, to completion ---------------------------------------------------------------------
 
 
@@ -165,146 +95,153 @@ def route(table: RoutingTable, sender: str, message: Envelope) -> Effects:
 
 
 def _route(table: RoutingTable, fx: Effects, sender: str, message: Envelope) -> None:
-    work: deque[tuple[str, Envelope]] = deque(((sender, message),))
-    while work:
-        who, item = work.popleft()
-        _route_one(table, fx, who, item, work)
+    work: deque[tuple[str, Envelope]] | None = None
+    while True:
+        more = _route_one(table, fx, sender, message)
+        if more:
+            if work is None:
+                work = deque(more)
+            else:
+                work.extend(more)
+        if not work:
+            return
+        sender, message = work.popleft()
 
 
 def _route_one(
-    table: RoutingTable,
-    fx: Effects,
-    sender: str,
-    message: Envelope,
-    work: deque[tuple[str, Envelope]],
-) -> None:
-    decision = decide(sender, message, table)
-    match decision:
-        case Deliver(resolved=resolved, ttl=ttl):
-            fx.decisions += 1
-            message.ttl = ttl
-            message.target = resolved
-            fx.deliveries.append(Delivery(resolved, message, sender))
-            if table.record:
-                origin = EXTERNAL if message.parent_message_id is None else sender
-                fx.logs.append(LogRow(message, origin, resolved, ttl))
-        case Transit(hive=hive, ttl=ttl, taken=taken, skipped=skipped):
-            fx.decisions += 1
-            message.ttl = ttl
-            if table.record:
-                origin = EXTERNAL if message.parent_message_id is None else sender
-                fx.logs.append(LogRow(message, origin, hive, ttl))
-            if skipped:
-                _note_skipped(fx, skipped, message)
-            if taken:
-                for copy in transit_follow_ups(message, decision, table.default_ttl):
-                    work.append((hive, copy))
-            elif hive == "/" and table.egress:
-                fx.egress.append(message)
-            else:
-                dead_letter(
-                    fx,
-                    DeadLetterCode.HIVE_NO_ROUTE,
-                    message.reply_to or hive,
-                    message.target,
-                    hive,
-                    message,
-                    "no out-edge of the hive matched the message",
-                )
-        case Expired(resolved=resolved):
-            fx.decisions += 1
-            _expired(table, fx, sender, message, resolved, work)
-        case Inactive(resolved=resolved):
-            dead_letter(
-                fx,
-                DeadLetterCode.CELL_INACTIVE,
-                sender,
-                message.target,
-                resolved,
-                message,
-                "the target cell is inactive or failed",
+    table: RoutingTable, fx: Effects, sender: str, message: Envelope
+) -> list[tuple[str, Envelope]] | None:
+    """One routing decision (the order of checks in the module's docstring); returns the
+    messages it causes, to be routed next."""
+    resolved = _resolve(sender, message.target)
+    cell = table.cells.get(resolved)
+    ttl = message.ttl
+    if ttl <= 0:  # even to an inactive cell
+        fx.decisions += 1
+        return _expired(table, fx, sender, message, resolved)
+    if cell is not None and not cell.active:  # no decision taken, no TTL spent
+        dead_letter(
+            fx,
+            DeadLetterCode.CELL_INACTIVE,
+            sender,
+            message.target,
+            resolved,
+            message,
+            "the target cell is inactive or failed",
+        )
+        return None
+    fx.decisions += 1
+    ttl -= 1
+    message.ttl = ttl
+    if cell is not None and not is_colony_endpoint(resolved):
+        message.target = resolved
+        fx.deliveries.append(Delivery(resolved, message, sender))
+        if table.record:
+            origin = EXTERNAL if message.parent_message_id is None else sender
+            fx.logs.append(LogRow(message, origin, resolved, ttl))
+        return None
+    if is_colony_endpoint(resolved):
+        _endpoint(fx, sender, message, resolved)
+        return None
+    if resolved in table.hives:
+        return _transit(table, fx, sender, message, resolved, ttl)
+    if message.reply_to is not None:
+        fx.notes.append(
+            Note(
+                "warning",
+                "unresolved_path_reply",
+                {
+                    "sender": sender,
+                    "target": resolved,
+                    "reply_to": message.reply_to,
+                    "trace_id": message.trace_id,
+                    "message_id": message.id,
+                },
             )
-        case Unresolved(resolved=resolved, ttl=ttl):
-            fx.decisions += 1
-            message.ttl = ttl
-            if message.reply_to is not None:
-                fx.notes.append(
-                    Note(
-                        "warning",
-                        "unresolved_path_reply",
-                        {
-                            "sender": sender,
-                            "target": resolved,
-                            "reply_to": message.reply_to,
-                            "trace_id": message.trace_id,
-                            "message_id": message.id,
-                        },
-                    )
-                )
-                work.append((COLONY, cascade_reply(message, resolved, ttl)))
-            else:
-                dead_letter(
-                    fx,
-                    DeadLetterCode.UNRESOLVED_PATH,
-                    sender,
-                    message.target,
-                    resolved,
-                    message,
-                    "no cell or hive at this path",
-                )
-        case InvalidEndpoint(resolved=resolved, ttl=ttl):
-            fx.decisions += 1
-            message.ttl = ttl
-            dead_letter(
-                fx,
-                DeadLetterCode.COLONY_ENDPOINT_INVALID,
-                sender,
-                message.target,
-                resolved,
-                message,
-                "/colony itself is not an endpoint",
+        )
+        return [(COLONY, cascade_reply(message, resolved, ttl))]
+    dead_letter(
+        fx,
+        DeadLetterCode.UNRESOLVED_PATH,
+        sender,
+        message.target,
+        resolved,
+        message,
+        "no cell or hive at this path",
+    )
+    return None
+
+
+def _transit(
+    table: RoutingTable, fx: Effects, sender: str, message: Envelope, hive: str, ttl: int
+) -> list[tuple[str, Envelope]] | None:
+    """A message reaching a hive: the hive's out-edges are evaluated at once."""
+    taken, skipped = table.edges.evaluate(hive, message.headers)
+    if table.record:
+        origin = EXTERNAL if message.parent_message_id is None else sender
+        fx.logs.append(LogRow(message, origin, hive, ttl))
+    if skipped:
+        _note_skipped(fx, skipped, message)
+    if taken:
+        return [(hive, copy) for copy in transit_follow_ups(message, taken, ttl, table.default_ttl)]
+    if hive == "/" and table.egress:
+        fx.egress.append(message)
+    else:
+        dead_letter(
+            fx,
+            DeadLetterCode.HIVE_NO_ROUTE,
+            message.reply_to or hive,
+            message.target,
+            hive,
+            message,
+            "no out-edge of the hive matched the message",
+        )
+    return None
+
+
+def _endpoint(fx: Effects, sender: str, message: Envelope, resolved: str) -> None:
+    """A message to ``/colony`` (invalid) or to one of its endpoints."""
+    if resolved == COLONY:
+        dead_letter(
+            fx,
+            DeadLetterCode.COLONY_ENDPOINT_INVALID,
+            sender,
+            message.target,
+            resolved,
+            message,
+            "/colony itself is not an endpoint",
+        )
+    elif resolved not in ANSWERING:
+        dead_letter(
+            fx,
+            DeadLetterCode.COLONY_ENDPOINT_UNIMPLEMENTED,
+            sender,
+            message.target,
+            resolved,
+            message,
+            f"{resolved} answers no routed messages in this version",
+        )
+    elif message.reply_to is not None:
+        fx.reads.append(Read(resolved, message))
+    else:
+        fx.notes.append(
+            Note(
+                "warning",
+                "colony_read_unanswered",
+                {
+                    "endpoint": resolved,
+                    "sender": sender,
+                    "trace_id": message.trace_id,
+                    "message_id": message.id,
+                    "detail": "the message has no reply_to, so nobody receives the answer",
+                },
             )
-        case Endpoint(resolved=resolved, ttl=ttl):
-            fx.decisions += 1
-            message.ttl = ttl
-            if resolved not in ANSWERING:
-                dead_letter(
-                    fx,
-                    DeadLetterCode.COLONY_ENDPOINT_UNIMPLEMENTED,
-                    sender,
-                    message.target,
-                    resolved,
-                    message,
-                    f"{resolved} answers no routed messages in this version",
-                )
-            elif message.reply_to is not None:
-                fx.reads.append(Read(resolved, message))
-            else:
-                fx.notes.append(
-                    Note(
-                        "warning",
-                        "colony_read_unanswered",
-                        {
-                            "endpoint": resolved,
-                            "sender": sender,
-                            "trace_id": message.trace_id,
-                            "message_id": message.id,
-                            "detail": "the message has no reply_to, so nobody receives the answer",
-                        },
-                    )
-                )
-        case _:
-            assert_never(decision)
+        )
 
 
 def _expired(
-    table: RoutingTable,
-    fx: Effects,
-    sender: str,
-    message: Envelope,
-    resolved: str,
-    work: deque[tuple[str, Envelope]],
-) -> None:
+    table: RoutingTable, fx: Effects, sender: str, message: Envelope, resolved: str
+) -> list[tuple[str, Envelope]] | None:
     fx.letters.append(
         DeadLetter(DeadLetterCode.TTL_EXPIRED, sender, message.target, message.target, message)
     )
@@ -326,7 +263,8 @@ def _expired(
         )
     )
     if table.ttl_notice and message.reply_to is not None:
-        work.append((COLONY, ttl_notice(message, resolved, table.default_ttl)))
+        return [(COLONY, ttl_notice(message, resolved, table.default_ttl))]
+    return None
 
 
 def dead_letter(
@@ -583,14 +521,15 @@ def _record(
     )
 
 
-def transit_follow_ups(message: Envelope, decision: Transit, default_ttl: int) -> list[Envelope]:
+def transit_follow_ups(
+    message: Envelope, taken_edges: list[Taken], ttl: int, default_ttl: int
+) -> list[Envelope]:
     """The copies a hive forwards: ``reply_to`` and correlation pass through, the hop is not
     reset, the body is shared, the TTL carried (or restored by a restoring edge)."""
     out: list[Envelope] = []
-    for taken in decision.taken:
-        ttl = decision.ttl
-        if taken.edge.restore_ttl:
-            ttl = restore_ttl(ttl, default_ttl)
+    carried = ttl
+    for taken in taken_edges:
+        ttl = restore_ttl(carried, default_ttl) if taken.edge.restore_ttl else carried
         out.append(
             follow_up(
                 message,

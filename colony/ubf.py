@@ -14,6 +14,7 @@ from typing import Any
 ORIGINS = frozenset({"user", "assistant", "tool", "system"})
 TURN_TYPES = frozenset({"text", "tool_call", "tool_result", "image", "audio"})
 _TURN_KEYS = frozenset({"origin", "type", "text", "id", "happened_at"})
+_TURN_STRINGS = ("text", "id", "happened_at")
 _ID_REQUIRED = frozenset({"tool_call", "tool_result"})
 _ATTACHMENT_KEYS = frozenset({"blob_id", "mime_type", "filename", "size_bytes", "sha256"})
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
@@ -26,29 +27,28 @@ def _names(keys: Any) -> str:
 
 
 def _turn_problem(index: int, turn: Any) -> str | None:
-    where = f"messages[{index}]"
+    # On every turn of every emission: the place is named only once a problem is found.
     if not isinstance(turn, dict):
-        return f"{where} must be an object"
+        return f"messages[{index}] must be an object"
     if len(turn) == 1 and ("text_id" in turn or "messages_id" in turn):
         ((key, value),) = turn.items()
         if not isinstance(value, str) or not _UUID.fullmatch(value):
-            return f"{where}.{key} must be a UUID"
+            return f"messages[{index}].{key} must be a UUID"
         return None
-    extra = turn.keys() - _TURN_KEYS
-    if extra:
-        return f"{where} has unknown key(s) {_names(extra)}"
+    if not turn.keys() <= _TURN_KEYS:
+        return f"messages[{index}] has unknown key(s) {_names(turn.keys() - _TURN_KEYS)}"
     # Membership is tested only on strings: an object or array is unhashable.
     origin = turn.get("origin")
     if not isinstance(origin, str) or origin not in ORIGINS:
-        return f"{where}.origin must be one of {', '.join(sorted(ORIGINS))}"
+        return f"messages[{index}].origin must be one of {', '.join(sorted(ORIGINS))}"
     turn_type = turn.get("type")
     if not isinstance(turn_type, str) or turn_type not in TURN_TYPES:
-        return f"{where}.type must be one of {', '.join(sorted(TURN_TYPES))}"
-    for key in ("text", "id", "happened_at"):
+        return f"messages[{index}].type must be one of {', '.join(sorted(TURN_TYPES))}"
+    for key in _TURN_STRINGS:
         if key in turn and not isinstance(turn[key], str):
-            return f"{where}.{key} must be a string"
+            return f"messages[{index}].{key} must be a string"
     if turn_type in _ID_REQUIRED and "id" not in turn:
-        return f"{where} is a {turn_type} and needs an id"
+        return f"messages[{index}] is a {turn_type} and needs an id"
     return None
 
 

@@ -492,3 +492,80 @@ def test_compiling_any_text_gives_a_program_or_a_syntax_error(
     except EvaluationError:
         return
     assert not isinstance(result, float) or math.isfinite(result)
+
+
+# -- shortcuts: the common conditions answered without the engine, never differently ---------
+
+SHORTCUT_SOURCES = [
+    "has(hop.route) && hop.route == 'fire'",
+    "has(hop.route) && hop.route != 'fire'",
+    'has(context.store_origin) && context.store_origin == "user"',
+    "hop.route == 'fire'",
+    "has(hop.route) && hop.route == 'fire' && int(context.iter) < 12",
+    "int(context.iter) + 1",
+    "int(context.iter) - 1 >= 0",
+    "'collector'",
+    "!has(hop.x) || hop.x == true",
+    "(hop.n < 3 || hop.n > 7) && !(hop.s <= 'm')",
+    "hop.n + 9223372036854775807",
+    "int(hop.s) == 5",
+]
+_keys = st.sampled_from(["route", "iter", "store_origin", "x", "n", "s"])
+_values = (
+    st.sampled_from(
+        [
+            "fire",
+            "user",
+            "0",
+            "5",
+            "-0",
+            "007",
+            "12",
+            "m",
+            "\ud800",
+            "x y",
+            "9223372036854775808",
+            "-9223372036854775809",
+            "99999999999999999999",
+        ]
+    )
+    | st.integers(-(2**64), 2**65)
+    | st.booleans()
+    | st.none()
+    | st.floats()
+    | st.lists(st.integers(), max_size=2)
+    | st.just(b"raw")
+)
+
+
+def _answer(program: Program, activation: expressions.Activation) -> object:
+    try:
+        return ("value", program.evaluate(activation))
+    except EvaluationError as exc:
+        return ("error", exc.reason, exc.missing_key)
+
+
+def test_the_usual_conditions_and_modifiers_have_a_shortcut(engine: Engine) -> None:
+    for source in SHORTCUT_SOURCES:
+        assert isinstance(engine.compile(source), expressions._ShortcutProgram), source
+    for source in ["hop.a.b == 'x'", "size(hop.route) > 1", "hop.route in ['a']", "1.5 < 2"]:
+        assert not isinstance(engine.compile(source), expressions._ShortcutProgram), source
+
+
+@pytest.mark.parametrize("engine_name", ENGINES)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    source=st.sampled_from(SHORTCUT_SOURCES),
+    context=st.dictionaries(_keys, _values, max_size=4),
+    hop=st.dictionaries(_keys, _values, max_size=4),
+)
+def test_a_shortcut_answers_exactly_as_the_engine_does(
+    engine_name: str, source: str, context: dict[str, JsonValue], hop: dict[str, JsonValue]
+) -> None:
+    engine = engine_for(engine_name)
+    program = engine.compile(source)
+    assert isinstance(program, expressions._ShortcutProgram)
+    values: dict[str, JsonValue] = {"context": context, "hop": hop}
+    fast = _answer(program, engine.activation(values))
+    slow = _answer(program._program, engine.activation(values))
+    assert fast == slow
