@@ -45,7 +45,6 @@ from cells.store.tables import (
     retire_cell_db,
     tables_of,
 )
-from cells.text import dumps_sorted
 from cells.toolcall import tool_error, tool_result
 from colony.cell import CellSpec, Emission
 from colony.celltables import CellTables, quoted, storage_failure
@@ -62,10 +61,26 @@ _MUTABLE_PARAMS = ("query_timeout_ms",)
 _TYPE_BACK = {"INTEGER": "int", "TEXT": "text"}
 
 
+_ENCODE_SORTED = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+""":func:`cells.text.dumps_sorted` with its encoder built once (a select's reply is one call)."""
+
+
 def _read_back(value: Any) -> Any:
     if isinstance(value, bytes):
         return list(value)
     return value
+
+
+def _rows_json(columns: list[str], rows: list[tuple[Any, ...]]) -> str:
+    """A select's rows as sorted JSON objects. A row built by ``dict(zip(…))`` is a C call;
+    the one value SQLite returns that JSON cannot hold is a BLOB (``bytes``), which makes the
+    encoder raise: only then are the rows built again with each BLOB read back as its bytes."""
+    try:
+        return _ENCODE_SORTED([dict(zip(columns, row)) for row in rows])
+    except TypeError:
+        return _ENCODE_SORTED(
+            [{name: _read_back(value) for name, value in zip(columns, row)} for row in rows]
+        )
 
 
 def _inside(sender: str, scope: str) -> bool:
@@ -267,15 +282,16 @@ class StoreCell:
         self, conn: sqlite3.Connection, step: Plan, call_id: str, started: float
     ) -> JsonObject:
         try:
-            with bounded(conn, self.query_timeout_ms):
-                cursor = conn.execute(step.sql, step.values)
-                rows = [
-                    {name: _read_back(value) for name, value in zip(step.columns, row, strict=True)}
-                    for row in cursor.fetchall()
-                ]
+            if self.query_timeout_ms:
+                with bounded(conn, self.query_timeout_ms):
+                    rows = conn.execute(step.sql, step.values).fetchall()
+            else:
+                rows = conn.execute(step.sql, step.values).fetchall()
         except (QueryTimeoutError, sqlite3.Error, OverflowError) as exc:
             return _failure(step.operation, exc, started, call_id)
-        return _result(step.operation, len(rows), started, dumps_sorted(rows), call_id, None)
+        return _result(
+            step.operation, len(rows), started, _rows_json(step.columns, rows), call_id, None
+        )
 
     def _write(
         self, conn: sqlite3.Connection, message_id: str, step: Plan, call_id: str, started: float
@@ -293,12 +309,16 @@ class StoreCell:
                 return recorded
         try:
             # Own file: bounded like a read. colony.db: never interrupted (see the docstring).
-            with bounded(conn, None if self.shared else self.query_timeout_ms):
-                if step.operation == "create_table":
+            timeout_ms = None if self.shared else self.query_timeout_ms
+            if step.operation == "create_table":
+                with bounded(conn, timeout_ms):
                     self._ensure_table(conn, step.table, step.new_columns)
-                    rows_affected = 0
-                else:
+                rows_affected = 0
+            elif timeout_ms:
+                with bounded(conn, timeout_ms):
                     rows_affected = conn.execute(step.sql, step.values).rowcount
+            else:
+                rows_affected = conn.execute(step.sql, step.values).rowcount
         except QueryTimeoutError as exc:
             return _failure(step.operation, exc, started, call_id)  # no receipt: ask again
         except (sqlite3.Error, OverflowError) as exc:
