@@ -34,7 +34,17 @@ from pathlib import Path
 from typing import Any
 
 from cells.cellfile import CELL_DB, QueryTimeoutError, bounded
-from cells.store.ops import WRITES, ArgsError, Plan, UnknownNameError, bind, parse_call, plan
+from cells.store.ops import (
+    WRITES,
+    ArgsError,
+    Plan,
+    Plans,
+    UnknownNameError,
+    bind,
+    call_text,
+    parse_args,
+    plan,
+)
 from cells.store.params import SQL_TYPES, StoreParams, read_seed
 from cells.store.tables import (
     OldTable,
@@ -76,10 +86,13 @@ def _rows_json(columns: list[str], rows: list[tuple[Any, ...]]) -> str:
     the one value SQLite returns that JSON cannot hold is a BLOB (``bytes``), which makes the
     encoder raise: only then are the rows built again with each BLOB read back as its bytes."""
     try:
-        return _ENCODE_SORTED([dict(zip(columns, row)) for row in rows])
+        return _ENCODE_SORTED([dict(zip(columns, row, strict=True)) for row in rows])
     except TypeError:
         return _ENCODE_SORTED(
-            [{name: _read_back(value) for name, value in zip(columns, row)} for row in rows]
+            [
+                {name: _read_back(value) for name, value in zip(columns, row, strict=True)}
+                for row in rows
+            ]
         )
 
 
@@ -119,6 +132,7 @@ class StoreCell:
             spec.tables.tables(spec.path) if spec.tables is not None else OwnFile(spec.folder)
         )
         self.prefix = self.tables.prefix
+        self.plans = Plans()
 
     def _name(self, table: str) -> str:
         return quoted(self.prefix + table)
@@ -245,27 +259,33 @@ class StoreCell:
     async def _answer(self, message: Envelope, body: JsonObject) -> JsonObject:
         started = time.perf_counter()
         try:
-            call_id, args = parse_call(body.get("messages"))
+            call_id, text = call_text(body.get("messages"))
+            step = self.plans.get(text)
+            args = parse_args(text) if step is None else {}
         except ArgsError as exc:
             return _error(exc.operation, "invalid_input", exc.text, "")
-        operation = args.get("operation") if isinstance(args.get("operation"), str) else "error"
+        operation = step.operation if step is not None else args.get("operation")
+        if not isinstance(operation, str):
+            operation = "error"
         if (
             self.params.write_surface == "internal"
             and operation in WRITES
             and not (message.reply_to and _inside(message.reply_to, self.scope))
         ):
             return _error(
-                str(operation),
+                operation,
                 "write_denied",
                 f"{self.path} accepts writes only from inside {self.scope}",
                 call_id,
             )
-        try:
-            step = plan(args, self.schema, self.prefix)
-        except ArgsError as exc:
-            return _error(exc.operation, "invalid_input", exc.text, "")
-        except UnknownNameError as exc:
-            return _result(str(operation), 0, started, exc.text, call_id, exc.code)
+        if step is None:
+            try:
+                step = plan(args, self.schema, self.prefix)
+            except ArgsError as exc:
+                return _error(exc.operation, "invalid_input", exc.text, "")
+            except UnknownNameError as exc:
+                return _result(operation, 0, started, exc.text, call_id, exc.code)
+            self.plans.keep(text, step)
         if step.operation == "select":
             return await self.tables.read(lambda conn: self._select(conn, step, call_id, started))
         ack = (message.id, self.path) if self.receipts else None

@@ -75,22 +75,59 @@ def bind(value: Any) -> Any:
 def parse_call(messages: Any) -> tuple[str, dict[str, Any]]:
     """``(call id, args)`` from ``body.messages``: the first turn must be a tool_call whose
     text is a JSON object."""
+    call_id, text = call_text(messages)
+    return call_id, parse_args(text)
+
+
+def call_text(messages: Any) -> tuple[str, str]:
+    """``(call id, text)`` of the tool_call ``body.messages`` starts with, text not yet read
+    (a store keeps the plans of texts it has seen: :class:`Plans`)."""
     if not isinstance(messages, list) or not messages:
         raise ArgsError("error", "the body needs messages[0], a tool_call carrying the operation")
     turn = messages[0]
     if not isinstance(turn, dict) or turn.get("type") != "tool_call":
         raise ArgsError("error", "messages[0] must be a tool_call turn")
-    call_id = turn.get("id") if isinstance(turn.get("id"), str) else ""
+    call_id = turn.get("id")
     text = turn.get("text")
     if not isinstance(text, str):
         raise ArgsError("error", "the tool_call text is not JSON (it is not a string)")
+    return call_id if isinstance(call_id, str) else "", text
+
+
+def parse_args(text: str) -> dict[str, Any]:
+    """The arguments a tool_call's text holds: a JSON object."""
     try:
         args = loads(text)
     except JsonRefused as exc:
         raise ArgsError("error", f"the tool_call text is not JSON: {exc.problem}") from None
     if not isinstance(args, dict):
         raise ArgsError("error", "the tool_call text must be a JSON object")
-    return str(call_id), args
+    return args
+
+
+class Plans:
+    """The plans of call texts a store has planned, so a call seen again (a conversation
+    selecting its thread after every write) is neither read nor checked again.
+
+    Only a plan that succeeded is kept: the schema only ever grows, so a call that planned
+    once plans the same way later, while one naming an unknown table may not. Bounded in
+    entries and in text length; the oldest entry goes first."""
+
+    KEPT = 256
+    TEXT_MAX = 2048
+
+    def __init__(self) -> None:
+        self._plans: dict[str, Plan] = {}
+
+    def get(self, text: str) -> Plan | None:
+        return self._plans.get(text)
+
+    def keep(self, text: str, step: Plan) -> None:
+        if len(text) > self.TEXT_MAX:
+            return
+        if len(self._plans) >= self.KEPT:
+            del self._plans[next(iter(self._plans))]
+        self._plans[text] = step
 
 
 def _table(operation: str, args: dict[str, Any], schema: Schema) -> str:
