@@ -42,6 +42,7 @@ from cells.store.ops import (
     UnknownNameError,
     bind,
     call_text,
+    encode_sorted,
     parse_args,
     plan,
 )
@@ -71,10 +72,6 @@ _MUTABLE_PARAMS = ("query_timeout_ms",)
 _TYPE_BACK = {"INTEGER": "int", "TEXT": "text"}
 
 
-_ENCODE_SORTED = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
-""":func:`cells.text.dumps_sorted` with its encoder built once (a select's reply is one call)."""
-
-
 def _read_back(value: Any) -> Any:
     if isinstance(value, bytes):
         return list(value)
@@ -86,9 +83,9 @@ def _rows_json(columns: list[str], rows: list[tuple[Any, ...]]) -> str:
     the one value SQLite returns that JSON cannot hold is a BLOB (``bytes``), which makes the
     encoder raise: only then are the rows built again with each BLOB read back as its bytes."""
     try:
-        return _ENCODE_SORTED([dict(zip(columns, row, strict=True)) for row in rows])
+        return encode_sorted([dict(zip(columns, row, strict=True)) for row in rows])
     except TypeError:
-        return _ENCODE_SORTED(
+        return encode_sorted(
             [
                 {name: _read_back(value) for name, value in zip(columns, row, strict=True)}
                 for row in rows
@@ -133,6 +130,9 @@ class StoreCell:
         )
         self.prefix = self.tables.prefix
         self.plans = Plans()
+        receipts = self._name(_RECEIPTS_TABLE)
+        self._receipt_sql = f"SELECT reply FROM {receipts} WHERE message_id = ?"
+        self._keep_receipt_sql = f"INSERT INTO {receipts}(message_id, reply, at) VALUES (?, ?, ?)"
 
     def _name(self, table: str) -> str:
         return quoted(self.prefix + table)
@@ -319,11 +319,8 @@ class StoreCell:
         """One write and its receipt (run where the tables are: in colony.db, on the writer
         thread inside the transaction that will carry the reply); a message already answered
         gets the recorded reply."""
-        receipts = self._name(_RECEIPTS_TABLE)
         if self.receipts:
-            row = conn.execute(
-                f"SELECT reply FROM {receipts} WHERE message_id = ?", (message_id,)
-            ).fetchone()
+            row = conn.execute(self._receipt_sql, (message_id,)).fetchone()
             if row is not None:
                 recorded: JsonObject = json.loads(row[0])
                 return recorded
@@ -348,10 +345,7 @@ class StoreCell:
         else:
             reply = _result(step.operation, rows_affected, started, "null", call_id, None)
         if self.receipts and conn.in_transaction:
-            conn.execute(
-                f"INSERT INTO {receipts}(message_id, reply, at) VALUES (?, ?, ?)",
-                (message_id, json.dumps(reply), int(time.time())),
-            )
+            conn.execute(self._keep_receipt_sql, (message_id, json.dumps(reply), int(time.time())))
             crash_point("store.write")
         return reply
 

@@ -11,12 +11,12 @@ on any table, existing or not).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from cells.store.params import SQL_TYPES, identifier_problem
-from cells.text import dumps_sorted
 from colony.celltables import quoted
 from colony.jsonwire import JsonRefused, loads
 
@@ -29,7 +29,11 @@ KNOWN_ARGS: dict[str, tuple[str, ...]] = {
     "delete": ("where",),
     "create_table": ("columns",),
 }
+_ALLOWED = {op: frozenset(("operation", "table", *known)) for op, known in KNOWN_ARGS.items()}
 WRITES = frozenset({"insert", "update", "delete", "create_table"})
+encode_sorted = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+""":func:`cells.text.dumps_sorted` with its encoder built once (a store encodes every JSON
+value bound and every select's rows)."""
 _COMPARISONS = {"eq": "=", "neq": "!=", "lt": "<", "lte": "<=", "gt": ">", "gte": ">="}
 
 
@@ -68,7 +72,7 @@ def bind(value: Any) -> Any:
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, dict | list):
-        return dumps_sorted(value)
+        return encode_sorted(value)
     return value
 
 
@@ -256,8 +260,9 @@ def _plan(args: dict[str, Any], schema: Schema, prefix: str) -> Plan:
             f"unknown operation {operation!r} (known: {', '.join(KNOWN_ARGS)})",
         )
     known = KNOWN_ARGS[operation]
+    allowed = _ALLOWED[operation]
     for key in args:
-        if key not in ("operation", "table", *known):
+        if key not in allowed:
             raise ArgsError(
                 operation,
                 f'{operation}: unknown argument "{key}" '
