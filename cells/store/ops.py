@@ -12,7 +12,7 @@ on any table, existing or not).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,6 +155,11 @@ def _column(operation: str, table: str, name: Any, schema: Schema) -> str:
     return name
 
 
+def _listed(columns: Iterable[str]) -> str:
+    """Checked column names, quoted and comma-separated (an identifier holds no quote)."""
+    return '"' + '", "'.join(columns) + '"'
+
+
 def _scalar(operation: str, value: Any, what: str) -> Any:
     if isinstance(value, dict | list):
         raise ArgsError(operation, f"{operation}: {what} must be a scalar")
@@ -174,7 +179,7 @@ def _comparison(operation: str, column: str, spec: Any) -> tuple[str, list[Any]]
     if op == "in":
         if not isinstance(value, list) or not value:
             raise ArgsError(operation, f"{operation}: where.{column}.in must be a non-empty array")
-        marks = ", ".join("?" for _ in value)
+        marks = ", ".join("?" * len(value))
         return f'"{column}" IN ({marks})', [
             _scalar(operation, v, f"where.{column}.in") for v in value
         ]
@@ -274,8 +279,8 @@ def _plan(args: dict[str, Any], schema: Schema, prefix: str) -> Plan:
     name = quoted(prefix + table)
     if operation == "insert":
         row = _row(operation, table, args.get("row"), "row", schema)
-        names = ", ".join(f'"{c}"' for c in row)
-        marks = ", ".join("?" for _ in row)
+        names = _listed(row)
+        marks = ", ".join("?" * len(row))
         return Plan(
             operation,
             table,
@@ -285,7 +290,7 @@ def _plan(args: dict[str, Any], schema: Schema, prefix: str) -> Plan:
     if operation == "update":
         changes = _row(operation, table, args.get("set"), "set", schema)
         where, bound = _where(operation, table, args.get("where"), schema)
-        sets = ", ".join(f'"{c}" = ?' for c in changes)
+        sets = '"' + '" = ?, "'.join(changes) + '" = ?'
         return Plan(
             operation, table, f"UPDATE {name} SET {sets}{where}", [*changes.values(), *bound]
         )
@@ -305,7 +310,7 @@ def _select(args: dict[str, Any], table: str, schema: Schema, name: str) -> Plan
     sql = f"SELECT {'DISTINCT ' if args.get('distinct') is True else ''}"
     if "distinct" in args and not isinstance(args["distinct"], bool):
         raise ArgsError(op, "select: distinct must be true or false")
-    sql += ", ".join(f'"{c}"' for c in names) + f" FROM {name}{where}"
+    sql += _listed(names) + f" FROM {name}{where}"
     order_by = args.get("order_by")
     if order_by is not None:
         if not isinstance(order_by, list):
