@@ -34,7 +34,18 @@ from pathlib import Path
 from typing import Any
 
 from cells.cellfile import CELL_DB, QueryTimeoutError, bounded
-from cells.store.ops import WRITES, ArgsError, Plan, UnknownNameError, bind, parse_call, plan
+from cells.store.ops import (
+    WRITES,
+    ArgsError,
+    Plan,
+    Plans,
+    UnknownNameError,
+    bind,
+    call_text,
+    encode_sorted,
+    parse_args,
+    plan,
+)
 from cells.store.params import SQL_TYPES, StoreParams, read_seed
 from cells.store.tables import (
     OldTable,
@@ -45,7 +56,6 @@ from cells.store.tables import (
     retire_cell_db,
     tables_of,
 )
-from cells.text import dumps_sorted
 from cells.toolcall import tool_error, tool_result
 from colony.cell import CellSpec, Emission
 from colony.celltables import CellTables, quoted, storage_failure
@@ -66,6 +76,21 @@ def _read_back(value: Any) -> Any:
     if isinstance(value, bytes):
         return list(value)
     return value
+
+
+def _rows_json(columns: list[str], rows: list[tuple[Any, ...]]) -> str:
+    """A select's rows as sorted JSON objects. A row built by ``dict(zip(…))`` is a C call;
+    the one value SQLite returns that JSON cannot hold is a BLOB (``bytes``), which makes the
+    encoder raise: only then are the rows built again with each BLOB read back as its bytes."""
+    try:
+        return encode_sorted([dict(zip(columns, row, strict=True)) for row in rows])
+    except TypeError:
+        return encode_sorted(
+            [
+                {name: _read_back(value) for name, value in zip(columns, row, strict=True)}
+                for row in rows
+            ]
+        )
 
 
 def _inside(sender: str, scope: str) -> bool:
@@ -104,6 +129,10 @@ class StoreCell:
             spec.tables.tables(spec.path) if spec.tables is not None else OwnFile(spec.folder)
         )
         self.prefix = self.tables.prefix
+        self.plans = Plans()
+        receipts = self._name(_RECEIPTS_TABLE)
+        self._receipt_sql = f"SELECT reply FROM {receipts} WHERE message_id = ?"
+        self._keep_receipt_sql = f"INSERT INTO {receipts}(message_id, reply, at) VALUES (?, ?, ?)"
 
     def _name(self, table: str) -> str:
         return quoted(self.prefix + table)
@@ -230,27 +259,33 @@ class StoreCell:
     async def _answer(self, message: Envelope, body: JsonObject) -> JsonObject:
         started = time.perf_counter()
         try:
-            call_id, args = parse_call(body.get("messages"))
+            call_id, text = call_text(body.get("messages"))
+            step = self.plans.get(text)
+            args = parse_args(text) if step is None else {}
         except ArgsError as exc:
             return _error(exc.operation, "invalid_input", exc.text, "")
-        operation = args.get("operation") if isinstance(args.get("operation"), str) else "error"
+        operation = step.operation if step is not None else args.get("operation")
+        if not isinstance(operation, str):
+            operation = "error"
         if (
             self.params.write_surface == "internal"
             and operation in WRITES
             and not (message.reply_to and _inside(message.reply_to, self.scope))
         ):
             return _error(
-                str(operation),
+                operation,
                 "write_denied",
                 f"{self.path} accepts writes only from inside {self.scope}",
                 call_id,
             )
-        try:
-            step = plan(args, self.schema, self.prefix)
-        except ArgsError as exc:
-            return _error(exc.operation, "invalid_input", exc.text, "")
-        except UnknownNameError as exc:
-            return _result(str(operation), 0, started, exc.text, call_id, exc.code)
+        if step is None:
+            try:
+                step = plan(args, self.schema, self.prefix)
+            except ArgsError as exc:
+                return _error(exc.operation, "invalid_input", exc.text, "")
+            except UnknownNameError as exc:
+                return _result(operation, 0, started, exc.text, call_id, exc.code)
+            self.plans.keep(text, step)
         if step.operation == "select":
             return await self.tables.read(lambda conn: self._select(conn, step, call_id, started))
         ack = (message.id, self.path) if self.receipts else None
@@ -267,15 +302,16 @@ class StoreCell:
         self, conn: sqlite3.Connection, step: Plan, call_id: str, started: float
     ) -> JsonObject:
         try:
-            with bounded(conn, self.query_timeout_ms):
-                cursor = conn.execute(step.sql, step.values)
-                rows = [
-                    {name: _read_back(value) for name, value in zip(step.columns, row, strict=True)}
-                    for row in cursor.fetchall()
-                ]
+            if self.query_timeout_ms:
+                with bounded(conn, self.query_timeout_ms):
+                    rows = conn.execute(step.sql, step.values).fetchall()
+            else:
+                rows = conn.execute(step.sql, step.values).fetchall()
         except (QueryTimeoutError, sqlite3.Error, OverflowError) as exc:
             return _failure(step.operation, exc, started, call_id)
-        return _result(step.operation, len(rows), started, dumps_sorted(rows), call_id, None)
+        return _result(
+            step.operation, len(rows), started, _rows_json(step.columns, rows), call_id, None
+        )
 
     def _write(
         self, conn: sqlite3.Connection, message_id: str, step: Plan, call_id: str, started: float
@@ -283,22 +319,23 @@ class StoreCell:
         """One write and its receipt (run where the tables are: in colony.db, on the writer
         thread inside the transaction that will carry the reply); a message already answered
         gets the recorded reply."""
-        receipts = self._name(_RECEIPTS_TABLE)
         if self.receipts:
-            row = conn.execute(
-                f"SELECT reply FROM {receipts} WHERE message_id = ?", (message_id,)
-            ).fetchone()
+            row = conn.execute(self._receipt_sql, (message_id,)).fetchone()
             if row is not None:
                 recorded: JsonObject = json.loads(row[0])
                 return recorded
         try:
             # Own file: bounded like a read. colony.db: never interrupted (see the docstring).
-            with bounded(conn, None if self.shared else self.query_timeout_ms):
-                if step.operation == "create_table":
+            timeout_ms = None if self.shared else self.query_timeout_ms
+            if step.operation == "create_table":
+                with bounded(conn, timeout_ms):
                     self._ensure_table(conn, step.table, step.new_columns)
-                    rows_affected = 0
-                else:
+                rows_affected = 0
+            elif timeout_ms:
+                with bounded(conn, timeout_ms):
                     rows_affected = conn.execute(step.sql, step.values).rowcount
+            else:
+                rows_affected = conn.execute(step.sql, step.values).rowcount
         except QueryTimeoutError as exc:
             return _failure(step.operation, exc, started, call_id)  # no receipt: ask again
         except (sqlite3.Error, OverflowError) as exc:
@@ -308,10 +345,7 @@ class StoreCell:
         else:
             reply = _result(step.operation, rows_affected, started, "null", call_id, None)
         if self.receipts and conn.in_transaction:
-            conn.execute(
-                f"INSERT INTO {receipts}(message_id, reply, at) VALUES (?, ?, ?)",
-                (message_id, json.dumps(reply), int(time.time())),
-            )
+            conn.execute(self._keep_receipt_sql, (message_id, json.dumps(reply), int(time.time())))
             crash_point("store.write")
         return reply
 

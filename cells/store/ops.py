@@ -11,12 +11,12 @@ on any table, existing or not).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import json
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from cells.store.params import SQL_TYPES, identifier_problem
-from cells.text import dumps_sorted
 from colony.celltables import quoted
 from colony.jsonwire import JsonRefused, loads
 
@@ -29,7 +29,11 @@ KNOWN_ARGS: dict[str, tuple[str, ...]] = {
     "delete": ("where",),
     "create_table": ("columns",),
 }
+_ALLOWED = {op: frozenset(("operation", "table", *known)) for op, known in KNOWN_ARGS.items()}
 WRITES = frozenset({"insert", "update", "delete", "create_table"})
+encode_sorted = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+""":func:`cells.text.dumps_sorted` with its encoder built once (a store encodes every JSON
+value bound and every select's rows)."""
 _COMPARISONS = {"eq": "=", "neq": "!=", "lt": "<", "lte": "<=", "gt": ">", "gte": ">="}
 
 
@@ -68,29 +72,66 @@ def bind(value: Any) -> Any:
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, dict | list):
-        return dumps_sorted(value)
+        return encode_sorted(value)
     return value
 
 
 def parse_call(messages: Any) -> tuple[str, dict[str, Any]]:
     """``(call id, args)`` from ``body.messages``: the first turn must be a tool_call whose
     text is a JSON object."""
+    call_id, text = call_text(messages)
+    return call_id, parse_args(text)
+
+
+def call_text(messages: Any) -> tuple[str, str]:
+    """``(call id, text)`` of the tool_call ``body.messages`` starts with, text not yet read
+    (a store keeps the plans of texts it has seen: :class:`Plans`)."""
     if not isinstance(messages, list) or not messages:
         raise ArgsError("error", "the body needs messages[0], a tool_call carrying the operation")
     turn = messages[0]
     if not isinstance(turn, dict) or turn.get("type") != "tool_call":
         raise ArgsError("error", "messages[0] must be a tool_call turn")
-    call_id = turn.get("id") if isinstance(turn.get("id"), str) else ""
+    call_id = turn.get("id")
     text = turn.get("text")
     if not isinstance(text, str):
         raise ArgsError("error", "the tool_call text is not JSON (it is not a string)")
+    return call_id if isinstance(call_id, str) else "", text
+
+
+def parse_args(text: str) -> dict[str, Any]:
+    """The arguments a tool_call's text holds: a JSON object."""
     try:
         args = loads(text)
     except JsonRefused as exc:
         raise ArgsError("error", f"the tool_call text is not JSON: {exc.problem}") from None
     if not isinstance(args, dict):
         raise ArgsError("error", "the tool_call text must be a JSON object")
-    return str(call_id), args
+    return args
+
+
+class Plans:
+    """The plans of call texts a store has planned, so a call seen again (a conversation
+    selecting its thread after every write) is neither read nor checked again.
+
+    Only a plan that succeeded is kept: the schema only ever grows, so a call that planned
+    once plans the same way later, while one naming an unknown table may not. Bounded in
+    entries and in text length; the oldest entry goes first."""
+
+    KEPT = 256
+    TEXT_MAX = 2048
+
+    def __init__(self) -> None:
+        self._plans: dict[str, Plan] = {}
+
+    def get(self, text: str) -> Plan | None:
+        return self._plans.get(text)
+
+    def keep(self, text: str, step: Plan) -> None:
+        if len(text) > self.TEXT_MAX:
+            return
+        if len(self._plans) >= self.KEPT:
+            del self._plans[next(iter(self._plans))]
+        self._plans[text] = step
 
 
 def _table(operation: str, args: dict[str, Any], schema: Schema) -> str:
@@ -114,6 +155,11 @@ def _column(operation: str, table: str, name: Any, schema: Schema) -> str:
     return name
 
 
+def _listed(columns: Iterable[str]) -> str:
+    """Checked column names, quoted and comma-separated (an identifier holds no quote)."""
+    return '"' + '", "'.join(columns) + '"'
+
+
 def _scalar(operation: str, value: Any, what: str) -> Any:
     if isinstance(value, dict | list):
         raise ArgsError(operation, f"{operation}: {what} must be a scalar")
@@ -133,7 +179,7 @@ def _comparison(operation: str, column: str, spec: Any) -> tuple[str, list[Any]]
     if op == "in":
         if not isinstance(value, list) or not value:
             raise ArgsError(operation, f"{operation}: where.{column}.in must be a non-empty array")
-        marks = ", ".join("?" for _ in value)
+        marks = ", ".join("?" * len(value))
         return f'"{column}" IN ({marks})', [
             _scalar(operation, v, f"where.{column}.in") for v in value
         ]
@@ -219,8 +265,9 @@ def _plan(args: dict[str, Any], schema: Schema, prefix: str) -> Plan:
             f"unknown operation {operation!r} (known: {', '.join(KNOWN_ARGS)})",
         )
     known = KNOWN_ARGS[operation]
+    allowed = _ALLOWED[operation]
     for key in args:
-        if key not in ("operation", "table", *known):
+        if key not in allowed:
             raise ArgsError(
                 operation,
                 f'{operation}: unknown argument "{key}" '
@@ -232,8 +279,8 @@ def _plan(args: dict[str, Any], schema: Schema, prefix: str) -> Plan:
     name = quoted(prefix + table)
     if operation == "insert":
         row = _row(operation, table, args.get("row"), "row", schema)
-        names = ", ".join(f'"{c}"' for c in row)
-        marks = ", ".join("?" for _ in row)
+        names = _listed(row)
+        marks = ", ".join("?" * len(row))
         return Plan(
             operation,
             table,
@@ -243,7 +290,7 @@ def _plan(args: dict[str, Any], schema: Schema, prefix: str) -> Plan:
     if operation == "update":
         changes = _row(operation, table, args.get("set"), "set", schema)
         where, bound = _where(operation, table, args.get("where"), schema)
-        sets = ", ".join(f'"{c}" = ?' for c in changes)
+        sets = '"' + '" = ?, "'.join(changes) + '" = ?'
         return Plan(
             operation, table, f"UPDATE {name} SET {sets}{where}", [*changes.values(), *bound]
         )
@@ -263,7 +310,7 @@ def _select(args: dict[str, Any], table: str, schema: Schema, name: str) -> Plan
     sql = f"SELECT {'DISTINCT ' if args.get('distinct') is True else ''}"
     if "distinct" in args and not isinstance(args["distinct"], bool):
         raise ArgsError(op, "select: distinct must be true or false")
-    sql += ", ".join(f'"{c}"' for c in names) + f" FROM {name}{where}"
+    sql += _listed(names) + f" FROM {name}{where}"
     order_by = args.get("order_by")
     if order_by is not None:
         if not isinstance(order_by, list):

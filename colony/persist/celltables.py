@@ -68,7 +68,8 @@ class ColonyTables(CellTables):
             raise last.error
 
     async def read(self, work: Work[T]) -> T:
-        await self.committed()
+        if self._last is not None:  # (no coroutine for a cell whose writes are all seen settled)
+            await self.committed()
         if self._reader is None:
             self._reader = connect(str(self.db.path), readonly=True)
         return work(self._reader)

@@ -361,6 +361,34 @@ async def test_an_internal_write_surface_refuses_writers_outside_the_hive(
             reply_to="/outside",
         )
         assert read.headers.hop["rows_affected"] == 1
+        # The same call text again, planned already: still judged by who sends it.
+        again = await colony_ask(colony, "/box/memory", row(turn_id="t"), reply_to="/outside")
+        assert again.headers.hop["error_code"] == "write_denied"
+
+
+async def test_a_call_that_named_an_unknown_table_plans_anew_once_create_table_made_it(
+    make_tree: TreeFactory,
+) -> None:
+    select = {"operation": "select", "table": "notes", "columns": ["body"]}
+    async with ColonyHarness(make_tree(store_tree()), capture=["/sink"]) as colony:
+        before = await ask(colony, select)
+        assert before.headers.hop["error_code"] == "unknown_table"
+        await ask(colony, {"operation": "create_table", "table": "notes", "columns": {"n": "int"}})
+        unknown_column = await ask(colony, select)
+        assert unknown_column.headers.hop["error_code"] == "unknown_column"
+        await ask(
+            colony, {"operation": "create_table", "table": "notes", "columns": {"body": "text"}}
+        )
+        await ask(colony, {"operation": "insert", "table": "notes", "row": {"body": "x"}})
+        for call_id in ("call-a", "call-b"):  # the second is answered from the kept plan
+            found = await ask(colony, select, call_id)
+            assert found.headers.hop["rows_affected"] == 1
+            assert found.body["messages"][0] == {
+                "origin": "tool",
+                "type": "tool_result",
+                "text": '[{"body":"x"}]',
+                "id": call_id,
+            }
 
 
 async def colony_ask(colony: ColonyHarness, target: str, args: dict[str, Any], **kw: Any) -> Any:

@@ -114,6 +114,25 @@ async def test_a_write_committed_before_a_crash_is_answered_from_its_receipt_aft
         db.close()
 
 
+async def test_a_blob_another_writer_left_in_a_column_reads_back_as_its_byte_values(
+    colony_db: ColonyDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(writer, "LINGER_S", 0.01)
+    cell = await store_on(colony_db)
+    try:
+        sql = 'INSERT INTO "/memory:thread" (turn_id, iter, turn) VALUES (?, ?, ?)'
+        await cell.tables.write(lambda conn: conn.execute(sql, ("t1", 0, b"\x00\xff")))
+        await cell.tables.write(lambda conn: conn.execute(sql, ("t2", 1, "text")))
+        select = {"operation": "select", "table": "thread", "columns": ["turn_id", "turn"]}
+        [reply] = await cell.handle(source_message("/memory", call(select)))
+        assert json.loads(reply.content["messages"][0]["text"]) == [
+            {"turn": [0, 255], "turn_id": "t1"},
+            {"turn": "text", "turn_id": "t2"},
+        ]
+    finally:
+        await cell.close()
+
+
 async def test_a_guarded_update_in_colony_db_has_one_winner_among_racing_conversations(
     make_tree: TreeFactory,
 ) -> None:
