@@ -27,6 +27,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import orjson
+
 from colony.envelope import Envelope
 
 ENVELOPE_BYTES = 256
@@ -38,14 +40,24 @@ cell ends here)."""
 
 
 def json_size(value: Any) -> int:
-    """About how many characters ``value`` takes as JSON, without serialising it (about a
-    microsecond for a usual body; iterative, so any nesting depth is fine)."""
+    """About how many bytes ``value`` takes as JSON: its length written by orjson (a couple
+    of microseconds for a usual body, ten times less than walking it in Python), or, for
+    what orjson refuses (a cycle, deep nesting, a lone surrogate, an integer past 64 bits),
+    an estimate from a walk that needs no stack."""
     kind = type(value)
     if kind is str:
         return len(value) + 2
     if kind is dict or kind is list or kind is tuple:
-        return _walk(value)
+        try:
+            return len(orjson.dumps(value, default=_opaque, option=orjson.OPT_NON_STR_KEYS))
+        except TypeError:  # orjson.JSONEncodeError
+            return _walk(value)
     return 8
+
+
+def _opaque(value: Any) -> None:
+    """A Python object in a body (a Python cell may emit one) counts as ``null``."""
+    return None
 
 
 def _walk(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> int:
