@@ -77,7 +77,8 @@ def plan(runs: int) -> list[Kill]:
         elif kind == 1:
             kills.append(Kill("point", f"store.write:{rng.randint(1, STORE_WRITES)}"))
         elif kind == 2:
-            kills.append(Kill("point", f"journal.commit:{rng.randint(2, 100)}"))
+            # A turn commits 50-70 transactions (units that run ahead share them).
+            kills.append(Kill("point", f"journal.commit:{rng.randint(2, 45)}"))
         elif kind == 3:
             kills.append(Kill("point", f"llm.replied:{rng.randint(1, ROUNDS + 1)}"))
         elif kind == 4:
