@@ -110,6 +110,10 @@ async def open_store(spec: CellSpec) -> StoreCell:
     return cell
 
 
+AUTO_INDEXES = 4
+"""Indexes a store makes of its own accord per table, at most (:meth:`StoreCell._index`)."""
+
+
 class StoreCell:
     def __init__(self, spec: CellSpec) -> None:
         self.params = StoreParams.model_validate(spec.params)
@@ -130,6 +134,8 @@ class StoreCell:
         )
         self.prefix = self.tables.prefix
         self.plans = Plans()
+        self.indexed: set[tuple[str, tuple[str, ...]]] = set()
+        """``(table, key columns)`` looked up by a call already (see :meth:`_index`)."""
         receipts = self._name(_RECEIPTS_TABLE)
         self._receipt_sql = f"SELECT reply FROM {receipts} WHERE message_id = ?"
         self._keep_receipt_sql = f"INSERT INTO {receipts}(message_id, reply, at) VALUES (?, ?, ?)"
@@ -286,6 +292,8 @@ class StoreCell:
             except UnknownNameError as exc:
                 return _result(operation, 0, started, exc.text, call_id, exc.code)
             self.plans.keep(text, step)
+        if step.keys and (step.table, step.keys) not in self.indexed:
+            await self._index(step.table, step.keys)
         if step.operation == "select":
             return await self.tables.read(lambda conn: self._select(conn, step, call_id, started))
         ack = (message.id, self.path) if self.receipts else None
@@ -297,6 +305,30 @@ class StoreCell:
         if step.operation == "create_table" and "error_code" not in reply["header"]:
             self.schema.setdefault(step.table, {}).update(step.new_columns)
         return reply
+
+    async def _index(self, table: str, keys: tuple[str, ...]) -> None:
+        """Index ``keys`` of ``table``, the first time a call looks rows up by them: a table
+        read and updated per conversation (a thread) is otherwise scanned whole by every call,
+        and it grows for the life of the colony. At most ``AUTO_INDEXES`` per table; one that
+        cannot be made is logged and the call goes on without it."""
+        self.indexed.add((table, keys))
+        if sum(1 for t, _ in self.indexed if t == table) > AUTO_INDEXES:
+            return
+        name = quoted(f"{self.prefix}{table}:by:{','.join(keys)}")
+        columns = ", ".join(quoted(k) for k in keys)
+        sql = f"CREATE INDEX IF NOT EXISTS {name} ON {self._name(table)} ({columns})"
+        try:
+            await self.tables.write(lambda conn: conn.execute(sql).close())
+        except sqlite3.Error as exc:
+            if self.log is not None:
+                self.log.warning(
+                    "store_index_failed",
+                    cell=self.path,
+                    table=table,
+                    columns=list(keys),
+                    error=f"{type(exc).__name__}: {exc}",
+                    detail="calls on this table still work, scanning it",
+                )
 
     def _select(
         self, conn: sqlite3.Connection, step: Plan, call_id: str, started: float

@@ -65,6 +65,9 @@ class Plan:
     """For a select: the keys of each returned row."""
     new_columns: dict[str, str] = field(default_factory=dict)
     """For create_table: the columns it declares."""
+    keys: tuple[str, ...] = ()
+    """The columns its ``where`` pins to one value or a list (``=``, ``eq``, ``in``), sorted:
+    what an index would look rows up by."""
 
 
 def bind(value: Any) -> Any:
@@ -194,13 +197,17 @@ def _comparison(operation: str, column: str, spec: Any) -> tuple[str, list[Any]]
     )
 
 
-def _where(operation: str, table: str, where: Any, schema: Schema) -> tuple[str, list[Any]]:
+def _where(
+    operation: str, table: str, where: Any, schema: Schema
+) -> tuple[str, list[Any], tuple[str, ...]]:
+    """The WHERE clause, its values, and its key columns (see :attr:`Plan.keys`)."""
     if where is None:
-        return "", []
+        return "", [], ()
     if not isinstance(where, dict):
         raise ArgsError(operation, f"{operation}: where must be an object")
     clauses: list[str] = []
     values: list[Any] = []
+    keys: list[str] = []
     for name, spec in where.items():
         column = _column(operation, table, name, schema)
         if isinstance(spec, dict) and list(spec) == ["or_null"]:
@@ -209,10 +216,12 @@ def _where(operation: str, table: str, where: Any, schema: Schema) -> tuple[str,
         else:
             inner, bound = _comparison(operation, column, spec)
             clauses.append(inner)
+            if not isinstance(spec, dict) or list(spec) in (["eq"], ["in"]):
+                keys.append(column)
         values.extend(bound)
     if not clauses:
-        return "", []
-    return " WHERE " + " AND ".join(clauses), values
+        return "", [], ()
+    return " WHERE " + " AND ".join(clauses), values, tuple(sorted(set(keys)))
 
 
 def _row(operation: str, table: str, row: Any, key: str, schema: Schema) -> dict[str, Any]:
@@ -289,14 +298,18 @@ def _plan(args: dict[str, Any], schema: Schema, prefix: str) -> Plan:
         )
     if operation == "update":
         changes = _row(operation, table, args.get("set"), "set", schema)
-        where, bound = _where(operation, table, args.get("where"), schema)
+        where, bound, keys = _where(operation, table, args.get("where"), schema)
         sets = '"' + '" = ?, "'.join(changes) + '" = ?'
         return Plan(
-            operation, table, f"UPDATE {name} SET {sets}{where}", [*changes.values(), *bound]
+            operation,
+            table,
+            f"UPDATE {name} SET {sets}{where}",
+            [*changes.values(), *bound],
+            keys=keys,
         )
     if operation == "delete":
-        where, bound = _where(operation, table, args.get("where"), schema)
-        return Plan(operation, table, f"DELETE FROM {name}{where}", bound)
+        where, bound, keys = _where(operation, table, args.get("where"), schema)
+        return Plan(operation, table, f"DELETE FROM {name}{where}", bound, keys=keys)
     return _select(args, table, schema, name)
 
 
@@ -306,16 +319,20 @@ def _select(args: dict[str, Any], table: str, schema: Schema, name: str) -> Plan
     if not isinstance(columns, list) or not columns:
         raise ArgsError(op, "select: columns is required (a non-empty array of column names)")
     names = [_column(op, table, c, schema) for c in columns]
-    where, values = _where(op, table, args.get("where"), schema)
-    sql = f"SELECT {'DISTINCT ' if args.get('distinct') is True else ''}"
+    where, values, keys = _where(op, table, args.get("where"), schema)
+    distinct = args.get("distinct") is True
     if "distinct" in args and not isinstance(args["distinct"], bool):
         raise ArgsError(op, "select: distinct must be true or false")
-    sql += _listed(names) + f" FROM {name}{where}"
+    # Rows come in the order they were written, as a scan of the table gives them, whatever
+    # index the store made (StoreCell._index): ``rowid`` breaks every tie, and a distinct
+    # select (whose rows have no one rowid) scans the table as it always did.
+    sql = f"SELECT {'DISTINCT ' if distinct else ''}" + _listed(names)
+    sql += f" FROM {name} NOT INDEXED{where}" if distinct else f" FROM {name}{where}"
+    terms: list[str] = []
     order_by = args.get("order_by")
     if order_by is not None:
         if not isinstance(order_by, list):
             raise ArgsError(op, "select: order_by must be an array of {col, dir}")
-        terms: list[str] = []
         for entry in order_by:
             if not isinstance(entry, dict) or set(entry) - {"col", "dir"} or "col" not in entry:
                 raise ArgsError(op, "select: each order_by entry is {col, dir?}")
@@ -324,15 +341,24 @@ def _select(args: dict[str, Any], table: str, schema: Schema, name: str) -> Plan
             if direction not in ("asc", "desc"):
                 raise ArgsError(op, "select: order_by dir must be asc or desc")
             terms.append(f'"{column}" {direction.upper()}')
-        if terms:
-            sql += " ORDER BY " + ", ".join(terms)
+    written = _write_order(schema.get(table, {}))
+    if not distinct and written is not None:
+        terms.append(written)
+    if terms:
+        sql += " ORDER BY " + ", ".join(terms)
     limit = args.get("limit")
     if limit is not None:
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ArgsError(op, "select: limit must be an integer >= 1")
         sql += " LIMIT ?"
         values.append(limit)
-    return Plan(op, table, sql, values, names)
+    return Plan(op, table, sql, values, names, keys=keys)
+
+
+def _write_order(columns: Mapping[str, str]) -> str | None:
+    """A name of the table's rowid that no column of it shadows (a column may be named
+    ``rowid``), or None when all three are columns."""
+    return next((name for name in ("rowid", "_rowid_", "oid") if name not in columns), None)
 
 
 def _create_table(args: dict[str, Any], schema: Schema) -> Plan:

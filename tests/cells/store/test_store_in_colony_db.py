@@ -249,3 +249,51 @@ def committed_rows_of(db: Path, table: str) -> list[tuple[Any, ...]]:
         return conn.execute(f"SELECT * FROM {table}").fetchall()
     finally:
         conn.close()
+
+
+def _plan_of(db: Path, sql: str, *values: Any) -> str:
+    conn = sqlite3.connect(db)
+    try:
+        return " ".join(row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, values))
+    finally:
+        conn.close()
+
+
+async def test_a_store_indexes_the_columns_its_calls_look_rows_up_by_once(
+    make_tree: TreeFactory, tmp_path: Path
+) -> None:
+    async with ColonyHarness(
+        make_tree(store_tree()), capture=["/sink"], workdir=tmp_path / "run"
+    ) as colony:
+        for turn in ("t1", "t2", "t3"):
+            await ask(colony, row(turn_id=turn, iter=0, role="user", fired=0))
+        guard = {
+            "operation": "update",
+            "table": "thread",
+            "set": {"fired": 1},
+            "where": {"turn_id": "t2", "role": {"eq": "user"}, "fired": 0, "iter": {"gte": 0}},
+        }
+        assert (await ask(colony, guard)).headers.hop["rows_affected"] == 1
+        again = {"operation": "select", "table": "thread", "columns": ["turn_id"]}
+        for turn in ("t1", "t3"):  # the same key columns: no second index
+            where = {"turn_id": turn, "role": "user", "fired": {"in": [0, 1]}}
+            await ask(colony, {**again, "where": where})
+        db = tmp_path / "run" / "colony" / "colony.db"
+        conn = sqlite3.connect(db)
+        try:
+            indexes = conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?",
+                ("/memory:thread",),
+            ).fetchall()
+        finally:
+            conn.close()
+        # Pinned to one value (or a list) only: `iter >= 0` is a range, not a key.
+        assert indexes == [("/memory:thread:by:fired,role,turn_id",)]
+        used = _plan_of(
+            db,
+            'SELECT turn_id FROM "/memory:thread" WHERE turn_id = ? AND role = ? AND fired = ?',
+            "t1",
+            "user",
+            0,
+        )
+        assert "INDEX /memory:thread:by:fired,role,turn_id" in used, used
