@@ -254,29 +254,40 @@ class JobStream:
 
 class JobStdin(io.StringIO):
     """A job's ``sys.stdin``: the message's text, and its bytes as ``buffer`` (a ten times
-    cheaper stream to make than a ``TextIOWrapper``, which is half a job's overhead)."""
+    cheaper stream to make than a ``TextIOWrapper``, which is half a job's overhead). Each
+    worker makes a subclass with the ``encoding`` and ``errors`` of the interpreter's own stdin
+    (:func:`stdin_type`), so a job's stdin is one C constructor call and ``buffer`` is made
+    only for a script that reads it."""
 
-    def __init__(self, data: bytes, encoding: str, errors: str) -> None:
-        super().__init__(data.decode(encoding, errors), newline="\n")
-        self.buffer = io.BytesIO(data)  # type: ignore[misc]
-        self._shape = (encoding, errors)
+    encoding = "utf-8"
+    errors = "strict"
+    data = b""
+    """The message's bytes (set on each job's stdin)."""
 
     @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return self._shape[0]
+    def buffer(self) -> io.BytesIO:
+        buffer: io.BytesIO | None = self.__dict__.get("_buffer")
+        if buffer is None:
+            buffer = self.__dict__["_buffer"] = io.BytesIO(self.data)
+        return buffer
 
-    @property
-    def errors(self) -> str:  # type: ignore[override]
-        return self._shape[1]
+
+def stdin_type(model: Any) -> type[JobStdin]:
+    """The :class:`JobStdin` that decodes as ``model`` (the interpreter's own stdin for a
+    pipe) would."""
+    encoding = getattr(model, "encoding", None) or "utf-8"
+    errors = getattr(model, "errors", None) or "strict"
+    return type("JobStdin", (JobStdin,), {"encoding": encoding, "errors": errors})
 
 
-def _stdin(data: bytes, encoding: str, errors: str) -> io.TextIOBase:
-    """``sys.stdin`` holding ``data``, decoded as the interpreter's own stdin for a pipe
-    (``encoding``, ``errors``) would decode it."""
+def _stdin(data: bytes, kind: type[JobStdin]) -> io.TextIOBase:
+    """``sys.stdin`` holding ``data``, decoded as ``kind`` says."""
     try:
-        return JobStdin(data, encoding, errors)
+        stdin = kind(data.decode(kind.encoding, kind.errors))
     except (UnicodeDecodeError, LookupError):  # the script meets the error when it reads
-        return io.TextIOWrapper(io.BytesIO(data), encoding, errors, newline="\n")
+        return io.TextIOWrapper(io.BytesIO(data), kind.encoding, kind.errors, newline="\n")
+    stdin.data = data
+    return stdin
 
 
 def _exit_code_of(exc: SystemExit, stderr: Any) -> int:
@@ -326,11 +337,7 @@ class ScriptRunner:
             with contextlib.suppress(Exception):
                 self.code = compile(self.script, "<string>", "exec", dont_inherit=True)
         self.models: tuple[Any, Any, Any] = (sys.__stdin__, sys.__stdout__, sys.__stderr__)
-        model = self.models[0]
-        self.stdin_shape = (
-            getattr(model, "encoding", None) or "utf-8",
-            getattr(model, "errors", None) or "strict",
-        )
+        self.stdin_type = stdin_type(self.models[0])
         self.stdout = JobStream(channel, b"o", 1, stdout_cap, self.models[1])
         self.stderr = JobStream(channel, b"e", 2, None, self.models[2])
         self.main = sys.modules["__main__"]
@@ -452,7 +459,7 @@ class ScriptRunner:
     def run(self, stdin: bytes) -> None:
         stdout = self.stdout.begin()
         stderr = self.stderr.begin()
-        sys.stdin = _stdin(stdin, *self.stdin_shape)
+        sys.stdin = _stdin(stdin, self.stdin_type)
         sys.stdout, sys.stderr = stdout, stderr
         main = types.ModuleType("__main__")
         namespace = main.__dict__
@@ -483,7 +490,7 @@ class ScriptRunner:
         streams: tuple[Any, ...] = (stdout, stderr, *self.models[1:])
         if sys.stdout is not stdout or sys.stderr is not stderr:
             streams = (sys.stdout, sys.stderr, *streams)
-        if os.getpid() != self.channel.owner:  # a child the script forked ends here
+        if self.channel.sock is None:  # a child the script forked (os.fork) ends here
             for stream in streams:
                 _flush(stream)
             os._exit(status & 0xFF if status >= 0 else 1)
