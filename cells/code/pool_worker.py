@@ -352,6 +352,9 @@ class ScriptRunner:
         self.environ_data = dict(getattr(os.environ, "_data", {}))
         self.signals: dict[int, Any] = {}
         self.timers = False
+        self.moved = False
+        """A job called ``os.chdir`` or ``os.fchdir``: the working directory is checked (a
+        ``getcwd`` per job otherwise)."""
         self.exits: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = []
         self.running = False
         self.cpu_base = -1
@@ -366,7 +369,17 @@ class ScriptRunner:
         real_setitimer = signal.setitimer
         real_register = atexit.register
         real_unregister = atexit.unregister
+        real_chdir = os.chdir
+        real_fchdir = os.fchdir
         worker = self
+
+        def tracked_chdir(path: Any) -> None:
+            worker.moved = True
+            real_chdir(path)
+
+        def tracked_fchdir(fd: Any) -> None:
+            worker.moved = True
+            real_fchdir(fd)
 
         def tracked_signal(signum: Any, handler: Any) -> Any:
             previous = real_signal(signum, handler)
@@ -395,6 +408,12 @@ class ScriptRunner:
             real_unregister(func)
 
         signal.signal = tracked_signal  # type: ignore[assignment]
+        os.chdir = tracked_chdir
+        os.fchdir = tracked_fchdir
+        for able in (os.supports_fd, os.supports_dir_fd, os.supports_follow_symlinks):
+            if real_chdir in able:  # `os.chdir in os.supports_fd` stays true
+                able.add(tracked_chdir)
+        self._real_chdir = real_chdir
         signal.alarm = tracked_alarm
         signal.setitimer = tracked_setitimer
         atexit.register = job_register  # type: ignore[assignment]
@@ -577,11 +596,13 @@ class ScriptRunner:
             for name, value in self.environ.items():
                 if os.environ.get(name) != value:
                     os.environ[name] = value
-        try:
-            if os.getcwd() != self.cwd:
-                os.chdir(self.cwd)
-        except OSError:
-            os.chdir(self.cwd)
+        if self.moved:
+            self.moved = False
+            try:
+                if os.getcwd() != self.cwd:
+                    self._real_chdir(self.cwd)
+            except OSError:
+                self._real_chdir(self.cwd)
         if self.signals:
             for signum, handler in self.signals.items():
                 with contextlib.suppress(OSError, ValueError, TypeError):
