@@ -243,6 +243,9 @@ class CodeCell:
                 )
             ]
         stamped = [_stamp(item, result.exit_code, duration, had_stderr) for item in items]
+        emits = self.contract.emits
+        if not emits.body and not emits.hop:  # nothing declared: nothing to check
+            return stamped
         problems = [v for v in (_violation(self.contract, item) for item in stamped) if v]
         if problems:
             return [
@@ -288,9 +291,12 @@ def _shown(stdout: bytes) -> str:
 
 
 def _stamp(item: JsonObject, exit_code: int, duration: int, had_stderr: bool) -> JsonObject:
-    header = dict(item.get("header") or {})
+    """``item`` (just parsed: nothing else holds it) with the run's fields in its header."""
+    header = item.get("header")
+    if not header:
+        header = item["header"] = {}
     header.update(exit_code=exit_code, duration_ms=duration, had_stderr=had_stderr)
-    return {**item, "header": header}
+    return item
 
 
 def _violation(contract: Any, item: JsonObject) -> str | None:
