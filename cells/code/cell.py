@@ -30,6 +30,7 @@ from cells.code.wire import (
     DETAIL_LIMIT,
     WireError,
     error_content,
+    params_json,
     parse_stdout,
     script_params,
     stdin_document,
@@ -59,7 +60,8 @@ class CodeCell:
         self.contract = spec.contract
         self.multi_send = spec.contract.multi_send_capable
         self.log = spec.log
-        self.visible = script_params(spec.params)
+        self.visible = params_json(script_params(spec.params))
+        """The params a script sees, as the JSON its stdin carries (made once)."""
         p = self.params
         self.limits = Limits(
             cpu_seconds=p.cpu_limit, address_space_mb=p.memory_mb, max_processes=p.max_processes
@@ -172,7 +174,10 @@ class CodeCell:
     async def _contents(self, message: Envelope) -> list[JsonObject]:
         stdin = stdin_document(message, self.path, self.visible)
         try:
-            result = await self._run(stdin)
+            if self._pool is not None:  # the usual case, without a coroutine of its own
+                result = await self._pool.run(stdin, timeout=self.params.timeout)
+            else:
+                result = await self._run(stdin)
         except ProcessError as exc:
             return [error_content("io_error", str(exc))]
         duration = result.duration_ms
@@ -238,6 +243,9 @@ class CodeCell:
                 )
             ]
         stamped = [_stamp(item, result.exit_code, duration, had_stderr) for item in items]
+        emits = self.contract.emits
+        if not emits.body and not emits.hop:  # nothing declared: nothing to check
+            return stamped
         problems = [v for v in (_violation(self.contract, item) for item in stamped) if v]
         if problems:
             return [
@@ -283,9 +291,12 @@ def _shown(stdout: bytes) -> str:
 
 
 def _stamp(item: JsonObject, exit_code: int, duration: int, had_stderr: bool) -> JsonObject:
-    header = dict(item.get("header") or {})
+    """``item`` (just parsed: nothing else holds it) with the run's fields in its header."""
+    header = item.get("header")
+    if not header:
+        header = item["header"] = {}
     header.update(exit_code=exit_code, duration_ms=duration, had_stderr=had_stderr)
-    return {**item, "header": header}
+    return item
 
 
 def _violation(contract: Any, item: JsonObject) -> str | None:

@@ -79,11 +79,24 @@ class PoolSettings:
 class _PoolMessage:
     """The message a worker is running: what it printed so far, and how it ended."""
 
-    __slots__ = ("cap", "ended", "overflow", "stderr", "stderr_total", "stdout", "timed_out")
+    __slots__ = (
+        "cap",
+        "deadline",
+        "ended",
+        "overflow",
+        "size",
+        "stderr",
+        "stderr_total",
+        "stdout",
+        "timed_out",
+    )
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, cap: int) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, cap: int, deadline: float) -> None:
         self.cap = cap
-        self.stdout = bytearray()
+        self.deadline = deadline
+        self.stdout: list[bytes] = []
+        """What was printed, chunk by chunk (usually one: joining it copies nothing)."""
+        self.size = 0
         self.stderr = bytearray()
         self.stderr_total = 0
         self.overflow = False
@@ -91,19 +104,21 @@ class _PoolMessage:
         self.ended: asyncio.Future[tuple[int, int] | None] = loop.create_future()
         """``(status, flags)`` from the worker's end frame; None: the worker is gone."""
 
-    def out(self, data: bytes | bytearray | memoryview) -> bool:
+    def out(self, data: bytes) -> bool:
         """Keep stdout up to the cap; True when this passed the cap (the first time)."""
         if self.overflow:
             return False
-        room = self.cap - len(self.stdout)
+        room = self.cap - self.size
         if len(data) > room:
-            self.stdout += data[:room]
+            self.stdout.append(data[:room])
+            self.size = self.cap
             self.overflow = True
             return True
-        self.stdout += data
+        self.stdout.append(data)
+        self.size += len(data)
         return False
 
-    def err(self, data: bytes | bytearray | memoryview) -> None:
+    def err(self, data: bytes) -> None:
         self.stderr_total += len(data)
         self.stderr += data
         if len(self.stderr) > 2 * _STDERR_TAIL:
@@ -133,6 +148,10 @@ class _PoolWorker:
         self.retired = 0
         """The flags of the end frame that retired this worker (0: it did not)."""
         self.current: _PoolMessage | None = None
+        self._watch: asyncio.TimerHandle | None = None
+        """One timer for the timeouts of all its messages, set for ``_watch_at``: a message
+        that ends first (nearly all) costs no timer of its own."""
+        self._watch_at = 0.0
         self._inbox = bytearray()
         self._outbox = bytearray()
         self._writing = False
@@ -197,15 +216,21 @@ class _PoolWorker:
             self._gone()
             return
         inbox = self._inbox
-        inbox += data
-        while len(inbox) >= _FRAME.size:
-            kind, length = _FRAME.unpack_from(inbox)
-            end = _FRAME.size + length
-            if len(inbox) < end:
-                return
-            body = bytes(inbox[_FRAME.size : end])
-            del inbox[:end]
-            self._frame(kind, body)
+        if inbox:  # the rest of a frame an earlier recv began
+            inbox += data
+            data = bytes(inbox)
+            inbox.clear()
+        at, size = 0, len(data)
+        while size - at >= _FRAME.size:
+            kind, length = _FRAME.unpack_from(data, at)
+            start = at + _FRAME.size
+            end = start + length
+            if end > size:
+                break
+            self._frame(kind, data[start:end])
+            at = end
+        if at < size:
+            inbox += data[at:]
 
     def _frame(self, kind: bytes, body: bytes) -> None:
         message = self.current
@@ -259,16 +284,15 @@ class _PoolWorker:
     async def run(self, stdin: bytes, timeout: float, cap: int) -> tuple[RunResult, bool]:  # noqa: ASYNC109
         """Run one message: its result, and whether this worker may run another."""
         loop = self.loop
-        message = self.current = _PoolMessage(loop, cap)
-        self.jobs += 1
         started = loop.time()
+        deadline = started + timeout
+        message = self.current = _PoolMessage(loop, cap, deadline)
+        self.jobs += 1
         try:
             self.send(stdin)
-            timer = loop.call_later(timeout, message.time_out)
-            try:
-                outcome = await message.ended
-            finally:
-                timer.cancel()
+            if self._watch is None or self._watch_at > deadline:
+                self._arm(deadline)
+            outcome = await message.ended
             ended_at = loop.time()
             if outcome is not None:  # the script ended (past its output cap or not)
                 status, flags = outcome
@@ -288,6 +312,24 @@ class _PoolWorker:
         finally:
             self.current = None
 
+    def _arm(self, deadline: float) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+        self._watch = self.loop.call_at(deadline, self._on_watch)
+        self._watch_at = deadline
+
+    def _on_watch(self) -> None:
+        """The timer is due: the running message timed out if its deadline has passed, else
+        the timer waits for it (a later message's)."""
+        self._watch = None
+        message = self.current
+        if message is None or message.ended.done():
+            return
+        if message.deadline <= self._watch_at:
+            message.time_out()
+        else:
+            self._arm(message.deadline)
+
     async def _status(self) -> int:
         """The worker's exit status, from the zygote that reaps it."""
         try:
@@ -302,7 +344,7 @@ class _PoolWorker:
         exit_code, term_signal = exit_fields(status)
         return RunResult(
             exit_code=exit_code,
-            stdout=bytes(message.stdout),
+            stdout=b"".join(message.stdout),
             stderr=bytes(message.stderr[-_STDERR_TAIL:]),
             stderr_truncated=message.stderr_total > _STDERR_TAIL,
             duration_ms=round((ended - started) * 1000),
@@ -337,6 +379,9 @@ class _PoolWorker:
     def close(self) -> None:
         """Kill the worker and let go of its fds (a message it runs ends as if it crashed)."""
         self.kill()
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
         if self.current is not None:
             self.current.end(None)
         if not self.dead:
@@ -383,7 +428,7 @@ class WorkerPool:
     async def run(self, stdin: bytes, *, timeout: float) -> RunResult:  # noqa: ASYNC109
         """Run one message on an idle worker (or a new one); raises :class:`ProcessError`
         when no worker can be started."""
-        worker = await self._acquire()
+        worker = self._idle_worker() or await self._start()
         self._busy.add(worker)
         try:
             result, reusable = await worker.run(stdin, timeout, self.settings.max_output_bytes)
@@ -417,14 +462,17 @@ class WorkerPool:
                     "isolation 'fork' costs less (logged once per cell and reason)",
                 )
 
-    async def _acquire(self) -> _PoolWorker:
+    def _idle_worker(self) -> _PoolWorker | None:
+        """An idle worker still alive on this event loop, if there is one."""
+        if not self._idle:
+            return None
         loop = asyncio.get_running_loop()
         while self._idle:
             worker = self._idle.pop()
             if not worker.dead and worker.loop is loop:
                 return worker
             worker.close()
-        return await self._start()
+        return None
 
     async def _start(self) -> _PoolWorker:
         s = self.settings

@@ -98,6 +98,13 @@ class DaemonChannel:
         """The next frame's body (usually one ``recv``); None at end of file."""
         assert self.sock is not None
         inbox = self.inbox
+        if not inbox:  # the usual case: one recv brings exactly one frame
+            chunk = self.sock.recv(1 << 16)
+            if not chunk:
+                return None
+            if len(chunk) >= _LENGTH.size and _LENGTH.unpack_from(chunk)[0] == len(chunk) - 4:
+                return chunk[_LENGTH.size :]
+            inbox += chunk
         while True:
             if len(inbox) >= _LENGTH.size:
                 (length,) = _LENGTH.unpack_from(inbox)
@@ -201,6 +208,10 @@ def _shape(stream: Any) -> tuple[Any, ...]:
     )
 
 
+def _built_shape(stream: io.TextIOWrapper) -> tuple[Any, ...]:
+    return (stream.encoding, stream.errors, stream.line_buffering, stream.write_through)
+
+
 class JobStream:
     """A job's ``sys.stdout`` or ``sys.stderr``: a text stream over a :class:`StreamSink`,
     built like ``model`` (the interpreter's own stream for a pipe: same encoding, error handler
@@ -213,6 +224,9 @@ class JobStream:
         self.buffered = isinstance(getattr(model, "buffer", None), io.BufferedWriter)
         self.sink: StreamSink
         self.stream = self.build()
+        self.built = _built_shape(self.stream)
+        """The shape of the stream as built (what ``begin`` compares with, attribute by
+        attribute: cheaper than :func:`_shape`)."""
 
     def build(self) -> io.TextIOWrapper:
         self.sink = StreamSink(*self.args)
@@ -230,39 +244,50 @@ class JobStream:
     def begin(self) -> io.TextIOWrapper:
         """The stream for the next job: this one, unless the last job spoiled it."""
         stream = self.stream
-        if stream.closed or _shape(stream) != self.shape:
+        if stream.closed or _built_shape(stream) != self.built:
             stream = self.stream = self.build()
-        self.sink.begin()
+        sink = self.sink
+        sink.count = 0
+        sink.final = sink.ended = False
         return stream
 
 
 class JobStdin(io.StringIO):
     """A job's ``sys.stdin``: the message's text, and its bytes as ``buffer`` (a ten times
-    cheaper stream to make than a ``TextIOWrapper``, which is half a job's overhead)."""
+    cheaper stream to make than a ``TextIOWrapper``, which is half a job's overhead). Each
+    worker makes a subclass with the ``encoding`` and ``errors`` of the interpreter's own stdin
+    (:func:`stdin_type`), so a job's stdin is one C constructor call and ``buffer`` is made
+    only for a script that reads it."""
 
-    def __init__(self, data: bytes, encoding: str, errors: str) -> None:
-        super().__init__(data.decode(encoding, errors), newline="\n")
-        self.buffer = io.BytesIO(data)  # type: ignore[misc]
-        self._shape = (encoding, errors)
+    encoding = "utf-8"
+    errors = "strict"
+    data = b""
+    """The message's bytes (set on each job's stdin)."""
 
     @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return self._shape[0]
+    def buffer(self) -> io.BytesIO:
+        buffer: io.BytesIO | None = self.__dict__.get("_buffer")
+        if buffer is None:
+            buffer = self.__dict__["_buffer"] = io.BytesIO(self.data)
+        return buffer
 
-    @property
-    def errors(self) -> str:  # type: ignore[override]
-        return self._shape[1]
 
-
-def _stdin(data: bytes, model: Any) -> io.TextIOBase:
-    """``sys.stdin`` holding ``data``, decoded as ``model`` (the interpreter's own stdin for a
-    pipe) would decode it."""
+def stdin_type(model: Any) -> type[JobStdin]:
+    """The :class:`JobStdin` that decodes as ``model`` (the interpreter's own stdin for a
+    pipe) would."""
     encoding = getattr(model, "encoding", None) or "utf-8"
     errors = getattr(model, "errors", None) or "strict"
+    return type("JobStdin", (JobStdin,), {"encoding": encoding, "errors": errors})
+
+
+def _stdin(data: bytes, kind: type[JobStdin]) -> io.TextIOBase:
+    """``sys.stdin`` holding ``data``, decoded as ``kind`` says."""
     try:
-        return JobStdin(data, encoding, errors)
+        stdin = kind(data.decode(kind.encoding, kind.errors))
     except (UnicodeDecodeError, LookupError):  # the script meets the error when it reads
-        return io.TextIOWrapper(io.BytesIO(data), encoding, errors, newline="\n")
+        return io.TextIOWrapper(io.BytesIO(data), kind.encoding, kind.errors, newline="\n")
+    stdin.data = data
+    return stdin
 
 
 def _exit_code_of(exc: SystemExit, stderr: Any) -> int:
@@ -277,10 +302,13 @@ def _exit_code_of(exc: SystemExit, stderr: Any) -> int:
     return 1
 
 
+_NONE_UNREAD = b"\0\0\0\0"
+
+
 def _unread(fd: int) -> bool:
     """Whether the pipe on ``fd`` holds bytes its reader (the daemon) has not read."""
     try:
-        return bool(int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder))
+        return fcntl.ioctl(fd, termios.FIONREAD, _NONE_UNREAD) != _NONE_UNREAD
     except OSError:
         return True
 
@@ -309,19 +337,24 @@ class ScriptRunner:
             with contextlib.suppress(Exception):
                 self.code = compile(self.script, "<string>", "exec", dont_inherit=True)
         self.models: tuple[Any, Any, Any] = (sys.__stdin__, sys.__stdout__, sys.__stderr__)
+        self.stdin_type = stdin_type(self.models[0])
         self.stdout = JobStream(channel, b"o", 1, stdout_cap, self.models[1])
         self.stderr = JobStream(channel, b"e", 2, None, self.models[2])
         self.main = sys.modules["__main__"]
         self.argv = list(sys.argv)
         self.base_path = list(sys.path)
         self.safe_path = bool(getattr(sys.flags, "safe_path", False))
-        self.entry: tuple[tuple[int, int, int] | None, str] | None = None
-        """The script's folder as ``sys.path[0]``, for the file version it was found for."""
+        self.entry: tuple[tuple[int, int, int] | None, list[str]] | None = None
+        """A job's ``sys.path`` (the script's folder first), for the file version it was found
+        for."""
         self.cwd = os.getcwd()
         self.environ = dict(os.environ)
         self.environ_data = dict(getattr(os.environ, "_data", {}))
         self.signals: dict[int, Any] = {}
         self.timers = False
+        self.moved = False
+        """A job called ``os.chdir`` or ``os.fchdir``: the working directory is checked (a
+        ``getcwd`` per job otherwise)."""
         self.exits: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = []
         self.running = False
         self.cpu_base = -1
@@ -336,7 +369,17 @@ class ScriptRunner:
         real_setitimer = signal.setitimer
         real_register = atexit.register
         real_unregister = atexit.unregister
+        real_chdir = os.chdir
+        real_fchdir = os.fchdir
         worker = self
+
+        def tracked_chdir(path: Any) -> None:
+            worker.moved = True
+            real_chdir(path)
+
+        def tracked_fchdir(fd: Any) -> None:
+            worker.moved = True
+            real_fchdir(fd)
 
         def tracked_signal(signum: Any, handler: Any) -> Any:
             previous = real_signal(signum, handler)
@@ -365,6 +408,12 @@ class ScriptRunner:
             real_unregister(func)
 
         signal.signal = tracked_signal  # type: ignore[assignment]
+        os.chdir = tracked_chdir
+        os.fchdir = tracked_fchdir
+        for able in (os.supports_fd, os.supports_dir_fd, os.supports_follow_symlinks):
+            if real_chdir in able:  # `os.chdir in os.supports_fd` stays true
+                able.add(tracked_chdir)
+        self._real_chdir = real_chdir
         signal.alarm = tracked_alarm
         signal.setitimer = tracked_setitimer
         atexit.register = job_register  # type: ignore[assignment]
@@ -397,12 +446,18 @@ class ScriptRunner:
             self.code_key = key
         return self.code, None
 
-    def script_folder(self, path: str) -> str:
-        """The real folder of the script file, found again only when the file changed (a new
-        version, or a link pointed elsewhere: the key :meth:`compiled` has just checked)."""
+    def job_path(self) -> list[str]:
+        """A job's ``sys.path``: the real folder of the script file first (the script's own
+        first with ``-c``), unless safe_path; the folder is found again only when the file
+        changed (a new version, or a link pointed elsewhere: the key :meth:`compiled` has just
+        checked)."""
         entry = self.entry
-        if entry is None or entry[0] is None or entry[0] != self.code_key:
-            entry = self.entry = (self.code_key, os.path.dirname(os.path.realpath(path)))
+        if entry is None or (
+            self.path is not None and (entry[0] is None or entry[0] != self.code_key)
+        ):
+            folder = "" if self.path is None else os.path.dirname(os.path.realpath(self.path))
+            path = self.base_path if self.safe_path else [folder, *self.base_path]
+            entry = self.entry = (self.code_key, path)
         return entry[1]
 
     def set_cpu_limit(self, usage: Any) -> None:
@@ -423,7 +478,8 @@ class ScriptRunner:
     def run(self, stdin: bytes) -> None:
         stdout = self.stdout.begin()
         stderr = self.stderr.begin()
-        sys.stdin, sys.stdout, sys.stderr = _stdin(stdin, self.models[0]), stdout, stderr
+        sys.stdin = _stdin(stdin, self.stdin_type)
+        sys.stdout, sys.stderr = stdout, stderr
         main = types.ModuleType("__main__")
         namespace = main.__dict__
         namespace["__builtins__"] = builtins
@@ -443,23 +499,28 @@ class ScriptRunner:
                 if threading is not None:
                     with contextlib.suppress(BaseException):  # as at exit: go on regardless
                         threading._shutdown()
-            self.run_exits(stderr)
+            if self.exits:
+                self.run_exits(stderr)
         finally:
             self.running = False
         # sys.__stdout__/__stderr__ are the worker's own streams on fds 1 and 2: what a script
-        # wrote there reaches the daemon's pipes now, before the end frame.
-        streams: list[Any] = [stdout, stderr, *self.models[1:]]
-        if sys.stderr is not stderr:  # the script's own streams go first: they write into ours
-            streams.insert(0, sys.stderr)
-        if sys.stdout is not stdout:
-            streams.insert(0, sys.stdout)
-        if os.getpid() != self.channel.owner:  # a child the script forked ends here
+        # wrote there reaches the daemon's pipes now, before the end frame. The script's own
+        # streams go first: they write into ours.
+        streams: tuple[Any, ...] = (stdout, stderr, *self.models[1:])
+        if sys.stdout is not stdout or sys.stderr is not stderr:
+            streams = (sys.stdout, sys.stderr, *streams)
+        if self.channel.sock is None:  # a child the script forked (os.fork) ends here
             for stream in streams:
                 _flush(stream)
             os._exit(status & 0xFF if status >= 0 else 1)
-        self.stdout.sink.final = self.stderr.sink.final = True
+        out_sink, err_sink = self.stdout.sink, self.stderr.sink
+        out_sink.final = err_sink.final = True
         for stream in streams:
-            _flush(stream)
+            try:
+                if stream is not None:
+                    stream.flush()
+            except Exception:
+                pass
         self.restore()
         if self.kill_leftovers():  # a library may hold their pids: start the next one afresh
             reasons |= PROCESSES
@@ -470,10 +531,15 @@ class ScriptRunner:
         if _unread(1) or _unread(2):
             flags |= UNREAD
         end = _FRAME.pack(b"x", _END.size) + _END.pack(status, flags)
-        self.channel.send(self.stdout.sink.frame() + self.stderr.sink.frame() + end)
+        if out_sink.held or err_sink.held:
+            end = out_sink.frame() + err_sink.frame() + end
+        else:
+            out_sink.ended = err_sink.ended = True
+        self.channel.send(end)
         if reasons:
             os._exit(0)
-        self.set_cpu_limit(usage)
+        if self.cpu is not None:
+            self.set_cpu_limit(usage)
 
     def execute(self, namespace: dict[str, Any]) -> tuple[int, int]:
         """Run the script as ``__main__``: its status, and why the worker must retire (0:
@@ -486,8 +552,7 @@ class ScriptRunner:
                 f"[Errno {exc.errno}] {exc.strerror}\n"
             )
             return 2, 0
-        entry = "" if self.path is None else self.script_folder(self.path)
-        sys.path[:] = self.base_path if self.safe_path else [entry, *self.base_path]
+        sys.path[:] = self.job_path()
         try:
             if code is None:
                 code = compile(source or "", self.path or "<string>", "exec", dont_inherit=True)
@@ -523,7 +588,7 @@ class ScriptRunner:
         """Put back what the job may have changed of the interpreter (cheap when nothing was)."""
         sys.stdin, sys.stdout, sys.stderr = self.models
         sys.modules["__main__"] = self.main
-        sys.argv = list(self.argv)
+        sys.argv = self.argv.copy()
         sys.path[:] = self.base_path
         if getattr(os.environ, "_data", None) != self.environ_data:
             for name in [name for name in os.environ if name not in self.environ]:
@@ -531,15 +596,18 @@ class ScriptRunner:
             for name, value in self.environ.items():
                 if os.environ.get(name) != value:
                     os.environ[name] = value
-        try:
-            if os.getcwd() != self.cwd:
-                os.chdir(self.cwd)
-        except OSError:
-            os.chdir(self.cwd)
-        for signum, handler in self.signals.items():
-            with contextlib.suppress(OSError, ValueError, TypeError):
-                self._real_signal(signum, handler)
-        self.signals.clear()
+        if self.moved:
+            self.moved = False
+            try:
+                if os.getcwd() != self.cwd:
+                    self._real_chdir(self.cwd)
+            except OSError:
+                self._real_chdir(self.cwd)
+        if self.signals:
+            for signum, handler in self.signals.items():
+                with contextlib.suppress(OSError, ValueError, TypeError):
+                    self._real_signal(signum, handler)
+            self.signals.clear()
         if self.timers:
             for which in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
                 self._real_setitimer(which, 0)
@@ -549,12 +617,12 @@ class ScriptRunner:
         """Kill and reap every process the job left (as a forked job's tree ends with it):
         whether there was any. What cannot be reaped here the zygote kills with the worker's
         tree. Costs one ``waitid`` when the job left none."""
+        try:
+            os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return False
         me = os.getpid()
-        for attempt in range(_REAP_ROUNDS):
-            try:
-                os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:
-                return attempt > 0
+        for _round in range(_REAP_ROUNDS):
             try:
                 with open(f"/proc/self/task/{me}/children") as handle:
                     pids = [int(pid) for pid in handle.read().split()]
@@ -566,6 +634,10 @@ class ScriptRunner:
             for pid in pids:
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, 0)
+            try:
+                os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                break
         return True
 
 

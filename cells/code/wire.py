@@ -54,7 +54,17 @@ def script_params(params: Any) -> JsonObject:
     }
 
 
-def stdin_document(message: Envelope, cell_path: str, params: JsonObject) -> bytes:
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""Sorted, compact, non-ASCII kept (as meclaw writes it); built once, not per message."""
+
+
+def params_json(params: JsonObject) -> str:
+    """``params`` as :func:`stdin_document` writes them: once per cell, not per message."""
+    return _ENCODER.encode(params)
+
+
+def stdin_document(message: Envelope, cell_path: str, params: str) -> bytes:
+    """The document a script reads; ``params`` is what :func:`params_json` made of them."""
     envelope: JsonObject = {
         "header": {"context": message.headers.context, "hop": message.headers.hop},
         "target": cell_path,
@@ -68,8 +78,9 @@ def stdin_document(message: Envelope, cell_path: str, params: JsonObject) -> byt
     if message.correlation_id is not None:
         envelope["correlation_id"] = message.correlation_id
     body = message.body if isinstance(message.body, dict) else {}
-    doc = {"envelope": envelope, "body": body, "params": params}
-    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    # Sorted keys: "params" comes last, so it is spliced in after the closing brace goes.
+    head = _ENCODER.encode({"body": body, "envelope": envelope})
+    return f'{head[:-1]},"params":{params}}}'.encode()
 
 
 class WireError(Exception):

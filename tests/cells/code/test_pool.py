@@ -375,6 +375,27 @@ print(json.dumps({"header": state, "messages": []}))
     assert first["cwd"] is True
 
 
+async def test_every_way_a_script_changes_directory_is_put_back_for_the_next_message(
+    make_tree: TreeFactory,
+) -> None:
+    script = """
+import contextlib, json, os, sys
+how = json.load(sys.stdin)["body"]["messages"][-1]["text"]
+here = os.getcwd()
+if how == "fchdir":
+    os.fchdir(os.open("/", os.O_RDONLY))
+elif how == "context":
+    contextlib.chdir("/").__enter__()
+elif how == "chdir_fd":
+    os.chdir(os.open("/", os.O_RDONLY))
+home = here.endswith("/main/a")
+print(json.dumps({"header": {"home": home, "moved": os.getcwd() == "/"}, "messages": []}))
+"""
+    got = await both(make_tree, script, "fchdir", "context", "chdir_fd", "stay", max_concurrency=1)
+    assert [m["hop"]["moved"] for m in got] == [True, True, True, False]
+    assert all(m["hop"]["home"] for m in got)  # each began in the cell's folder
+
+
 async def test_imported_modules_keep_their_state_between_messages_of_one_worker(
     make_tree: TreeFactory,
 ) -> None:
