@@ -99,8 +99,11 @@ def test_the_pages_document_commands_at_all() -> None:
     assert any(c.command.startswith("make run") for c in COMMANDS)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # One copy for the whole run, not per module: a page's commands build on each other
+    # (the first run makes colony.db, the next read it), and an xdist worker may run other
+    # modules' tests between them, which would tear a module-scoped copy down.
     return _copy_of_checkout(tmp_path_factory)
 
 
