@@ -723,13 +723,13 @@ class _Parser:
     def disjunction(self) -> Shortcut:
         fn = self.conjunction()
         while self.accept("||"):
-            fn = _either(fn, self.conjunction())
+            fn = _junction(fn, self.conjunction(), decides=True)
         return fn
 
     def conjunction(self) -> Shortcut:
         fn = self.relation()
         while self.accept("&&"):
-            fn = _both(fn, self.relation())
+            fn = _junction(fn, self.relation(), decides=False)
         return fn
 
     def relation(self) -> Shortcut:
@@ -839,30 +839,22 @@ def _has(variable: str, key: str) -> Shortcut:
     return has
 
 
-def _both(left: Shortcut, right: Shortcut) -> Shortcut:
-    def both(scopes: Scopes) -> Any:
+def _junction(left: Shortcut, right: Shortcut, decides: bool) -> Shortcut:
+    """``&&`` (``decides`` False) or ``||`` (True): a left side equal to ``decides`` is the
+    answer whatever the right side is, an error included, as in CEL; a left side that is not
+    a bool is the engine's to judge (CEL's ``error && false`` is false)."""
+    passes = not decides
+
+    def junction(scopes: Scopes) -> Any:
         first = left(scopes)
-        if first is False:  # false && anything is false, an error included, in CEL
-            return False
-        if first is not True:
+        if first is decides:
+            return decides
+        if first is not passes:
             return _DEFER
         second = right(scopes)
         return second if type(second) is bool else _DEFER
 
-    return both
-
-
-def _either(left: Shortcut, right: Shortcut) -> Shortcut:
-    def either(scopes: Scopes) -> Any:
-        first = left(scopes)
-        if first is True:  # true || anything is true
-            return True
-        if first is not False:
-            return _DEFER
-        second = right(scopes)
-        return second if type(second) is bool else _DEFER
-
-    return either
+    return junction
 
 
 def _negation(operand: Shortcut) -> Shortcut:

@@ -61,8 +61,9 @@ def _opaque(value: Any) -> None:
 
 
 def _walk(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> int:
-    # Each object or array is sized in one pass over its items: strings and scalars (most
-    # of a body) are counted where they are met, only nested ones go on the stack.
+    # What orjson refuses (see json_size). Each object or array is sized in one pass over
+    # its items: strings and scalars are counted where they are met, only nested ones go on
+    # the stack.
     total = 0
     stack: list[Any] = [value]
     budget = _WALK_LIMIT
@@ -70,26 +71,19 @@ def _walk(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> int:
         budget -= 1
         item = stack.pop()
         if type(item) is dict:
-            total += 2 + 4 * len(item)
-            for key, part in item.items():
-                total += len(key) if type(key) is str else 8
-                kind = type(part)
-                if kind is str:
-                    total += len(part) + 2
-                elif kind is dict or kind is list or kind is tuple:
-                    stack.append(part)
-                else:
-                    total += 8
+            total += 2 + 4 * len(item) + sum(len(k) if type(k) is str else 8 for k in item)
+            parts = item.values()
         else:
             total += 2 + len(item)
-            for part in item:
-                kind = type(part)
-                if kind is str:
-                    total += len(part) + 2
-                elif kind is dict or kind is list or kind is tuple:
-                    stack.append(part)
-                else:
-                    total += 8
+            parts = item
+        for part in parts:
+            kind = type(part)
+            if kind is str:
+                total += len(part) + 2
+            elif kind is dict or kind is list or kind is tuple:
+                stack.append(part)
+            else:
+                total += 8
     return total
 
 

@@ -108,15 +108,24 @@ async def _until(predicate: Callable[[], bool], seconds: float = 5.0) -> bool:
     return predicate()
 
 
+def _chain(tmp_path: Path, *, second_runs_ahead: bool) -> tuple[ColonyHarness, _Relay, _Relay]:
+    """The tree with /first held until its gate opens and /second open, and the relays."""
+    first, second = _Relay(asyncio.Event(), []), _Relay(asyncio.Event(), [])
+    second.opened.set()
+    harness = ColonyHarness(
+        _tree(tmp_path),
+        capture=["/sink"],
+        cell_types=_types(first, second, second_runs_ahead=second_runs_ahead),
+    )
+    return harness, first, second
+
+
 async def test_a_delivery_to_a_cell_that_runs_ahead_is_handled_before_its_unit_is_committed(
     tmp_path: Path,
 ) -> None:
-    gate, open_now = asyncio.Event(), asyncio.Event()
-    open_now.set()
-    first, second = _Relay(gate, []), _Relay(open_now, [])
-    async with ColonyHarness(
-        _tree(tmp_path), capture=["/sink"], cell_types=_types(first, second, second_runs_ahead=True)
-    ) as h:
+    harness, first, second = _chain(tmp_path, second_runs_ahead=True)
+    gate = first.opened
+    async with harness as h:
         await h.send("/first", _body("m0"))  # an ingress: committed before it returns
         with _writer_held(h.colony.db):
             gate.set()
@@ -132,14 +141,9 @@ async def test_a_delivery_to_a_cell_that_runs_ahead_is_handled_before_its_unit_i
 async def test_a_delivery_to_a_cell_that_does_not_run_ahead_waits_for_its_commit(
     tmp_path: Path,
 ) -> None:
-    gate, open_now = asyncio.Event(), asyncio.Event()
-    open_now.set()
-    first, second = _Relay(gate, []), _Relay(open_now, [])
-    async with ColonyHarness(
-        _tree(tmp_path),
-        capture=["/sink"],
-        cell_types=_types(first, second, second_runs_ahead=False),
-    ) as h:
+    harness, first, second = _chain(tmp_path, second_runs_ahead=False)
+    gate = first.opened
+    async with harness as h:
         await h.send("/first", _body("m0"))
         with _writer_held(h.colony.db) as release:
             gate.set()
