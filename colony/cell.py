@@ -141,13 +141,14 @@ class CellType:
     """The cell type checks its emissions against ``contract.emits`` itself (the code cell
     turns a violation into its own error emission), so the colony does not check them again
     under ``strict_validation``."""
-    runs_ahead: bool = False
-    """A message for this cell may reach its mailbox before the unit that delivers it is
-    committed (:mod:`colony.journal`, "Running ahead"): what the cell does with a message
-    reaches the rest of the world only through its emissions, or through ``colony.db`` in
-    the writer's order (a store's writes). A cell that talks to the outside (a model, a
-    channel, the web) waits for the commit, so a crash never repeats what left the colony
-    for a hand-off that was never durable."""
+    runs_ahead: Callable[[CellSpec], bool] | None = None
+    """Whether a message for this cell (its spec given) may reach its mailbox before the unit
+    that delivers it is committed (:mod:`colony.journal`, "Running ahead"): what the cell does
+    with a message reaches the rest of the world only through its emissions, or through
+    ``colony.db`` in the writer's order (a store's writes). A crash may then re-run it for a
+    new message (a new id) made by the re-run of the cell before it. A cell that talks to the
+    outside (a model, a channel, the web) waits for the commit, so a crash never repeats what
+    left the colony for a hand-off that was never durable. None: never."""
 
 
 class PydanticCheck:

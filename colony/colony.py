@@ -129,15 +129,15 @@ class Colony:
         cell that failed in an earlier run stays failed)."""
         row = registry.get(storable_text(spec.path))  # as the registry stores the path
         capacity = spec.cell.mailbox_size or self.config.mailbox_default_capacity
-        if cell_type.runs_ahead:
-            self.journal.ahead.add(spec.path)
         overflow = (
-            JournalOverflow(self.db.path, spec.path, self.spilled, settle=self.db.settled)
+            JournalOverflow(self.db.path, spec.path, self.spilled)
             if self.journal.durable
             else MemoryOverflow(self.queued)
         )
         limit = self.config.mailbox_max_bytes or None
         mailbox = MemoryMailbox(capacity, max_bytes=limit, gauge=self.queued, overflow=overflow)
+        if cell_type.runs_ahead is not None and cell_type.runs_ahead(spec):
+            self.journal.ahead[spec.path] = mailbox
         runner = CellRunner(
             self,
             spec,

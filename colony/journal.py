@@ -11,19 +11,21 @@ At boot, :meth:`Journal.redeliver` hands what the journal held to the cells' mai
 
 Running ahead
 -------------
-A hand-off does not always wait for its commit. The writer commits units in the order they
-are handed over, so a unit that acknowledges a message is never durable before the unit that
+A hand-off does not always wait for its commit. The writer commits units in the order they are
+handed over, so a unit that acknowledges a message is never durable before the unit that
 delivered it: the colony may put a delivery into a mailbox as soon as its unit is queued, and
-the cell may handle it, while the writer catches up. A crash then loses the uncommitted tail
-of a chain and the boot re-runs it from the last committed unit, which at-least-once delivery
-allows already. Only what can be re-run without anyone outside noticing runs ahead: deliveries
-to cells whose type says so (``CellType.runs_ahead``: code and store cells), from a handled
-message (an ingress's caller and a long-running cell's source are told "journalled", so they
-wait), with no egress. The writer drops a delivery's row and its acknowledgement when both
-fall in one transaction (:class:`colony.persist.rows.Rows`), so a chain that runs ahead writes
-its journal rows only where a crash could leave them. If such a unit turns out unstorable,
-its handled message is dead-lettered ``unstorable`` as any other, and what it delivered has
-already run; the writer logs it.
+the cell may handle it, while the writer catches up. A crash then loses the uncommitted tail of
+a chain and the boot re-runs it from the last committed unit, which at-least-once delivery
+allows already. Only what is meant to be re-run that way runs ahead: deliveries to cells whose
+type says so (``CellType.runs_ahead``: store cells, and code cells unless their params say
+``"runs_ahead": false``), from a handled message (an ingress's caller and a long-running cell's
+source are told "journalled", so they wait), with no egress, each fitting in its mailbox (an
+overflow keeps only journal ids: it takes committed rows only). The writer drops a delivery's
+row and its acknowledgement when both fall in one transaction
+(:class:`colony.persist.rows.Rows`), so a chain that runs ahead writes its journal rows only
+where a crash could leave them. If such a unit turns out unstorable, its handled message is
+dead-lettered ``unstorable`` as any other, and the dead letter says that what it delivered has
+already run.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Literal, Protocol
 from colony.dead_letters import DeadLetterCode
 from colony.effects import Effects
 from colony.envelope import Envelope
-from colony.mailbox import HasMailbox
+from colony.mailbox import HasMailbox, Mailbox, message_bytes
 from colony.observability import Logger
 from colony.persist.db import ColonyDb, UnitRejected
 from colony.persist.escape import storable_text
@@ -76,9 +78,9 @@ class Journal:
         self.db = db
         self.durable = durable
         """At-least-once delivery: deliveries are journal rows, committed before they are put."""
-        self.ahead: set[str] = set()
-        """Paths of the cells a delivery may reach before its unit is committed (see the
-        module docstring, "Running ahead")."""
+        self.ahead: dict[str, Mailbox] = {}
+        """The mailboxes of the cells a delivery may reach before its unit is committed, by
+        path (see the module docstring, "Running ahead")."""
         self._unawaited = 0
         """Commits handed over since the last one waited for (see ``UNAWAITED_MAX``)."""
 
@@ -135,10 +137,22 @@ class Journal:
         return "duplicate" if unit.duplicate else "applied"
 
     def _may_run_ahead(self, effects: Effects) -> bool:
+        """No egress, and every delivery for a cell that runs ahead and fits in its mailbox:
+        an overflow keeps only journal ids, so it takes committed rows only."""
         if effects.egress:
             return False
         ahead = self.ahead
-        return all(d.cell in ahead for d in effects.deliveries)
+        deliveries = effects.deliveries
+        if len(deliveries) == 1:  # the usual hand-off
+            box = ahead.get(deliveries[0].cell)
+            return box is not None and box.fits(1, message_bytes(deliveries[0].message))
+        per_cell: dict[str, tuple[int, int]] = {}
+        for d in deliveries:
+            if d.cell not in ahead:
+                return False
+            count, nbytes = per_cell.get(d.cell, (0, 0))
+            per_cell[d.cell] = (count + 1, nbytes + message_bytes(d.message))
+        return all(ahead[cell].fits(*load) for cell, load in per_cell.items())
 
     async def redeliver(self, cells: Mapping[str, Recipient], log: Logger) -> dict[str, int]:
         """Attach what the journal holds to the mailboxes, before any cell runs; returns how

@@ -173,6 +173,10 @@ class Mailbox(Protocol):
 
     def full(self) -> bool: ...
 
+    def fits(self, count: int, nbytes: int) -> bool:
+        """Whether ``count`` more messages of ``nbytes`` would all be held in memory."""
+        ...
+
     async def put(self, message: Envelope) -> None: ...
 
     def push(self, message: Envelope) -> bool:
@@ -275,6 +279,18 @@ class MemoryMailbox:
         """No room in memory, or an overflow still to deliver first."""
         overflow = self._overflow
         return not self._has_room(0) or (overflow is not None and len(overflow) > 0)
+
+    def fits(self, count: int, nbytes: int) -> bool:
+        """Whether ``count`` more messages of ``nbytes`` together would all be held in memory
+        (none of them overflowing) if they were pushed now."""
+        overflow = self._overflow
+        if overflow is not None and len(overflow):
+            return False
+        held = self._held()
+        if held + count > self._capacity:
+            return False
+        limit = self._max_bytes
+        return limit is None or self._bytes + nbytes <= limit or (held == 0 and count == 1)
 
     @property
     def overflowing(self) -> int:

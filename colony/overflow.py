@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from colony.envelope import Envelope
@@ -33,24 +32,14 @@ _PAGE = 500
 
 
 class JournalOverflow:
-    """A mailbox's overflow kept as journal ids; the rows are read back by id.
+    """A mailbox's overflow kept as journal ids; the rows are read back by id. A delivery that
+    would overflow never runs ahead of its commit (:mod:`colony.journal`), so every id here
+    has its row."""
 
-    A delivery may run ahead of its commit (:mod:`colony.journal`), so before reading rows
-    back the overflow waits, with ``settle``, for the writer to have committed what was handed
-    over before; while ``colony.db`` refuses writes it waits for it to take them again."""
+    __slots__ = ("_cell", "_gauge", "_ids", "_path")
 
-    __slots__ = ("_cell", "_gauge", "_ids", "_path", "_settle")
-
-    def __init__(
-        self,
-        path: Path,
-        cell: str,
-        gauge: ByteGauge,
-        *,
-        settle: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
+    def __init__(self, path: Path, cell: str, gauge: ByteGauge) -> None:
         self._path = path
-        self._settle = settle
         self._cell = storable_text(cell)  # as the journal stores the path
         self._gauge = gauge
         self._ids: deque[tuple[str, int]] = deque()
@@ -78,8 +67,6 @@ class JournalOverflow:
             total += entry[1]
         if not wanted:
             return []
-        if self._settle is not None:
-            await self._settle()
         found = await asyncio.to_thread(self._read, [i for i, _ in wanted])
         for _ in wanted:
             self._ids.popleft()

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from colony.cell import ParamProblem
+from colony.cell import CellSpec, ParamProblem
 
 INLINE_ARG_LIMIT = 131_071
 """Longer inline scripts run from a temporary file (the OS caps one argv string)."""
@@ -41,6 +41,11 @@ class CodeParams(BaseModel):
     Pool is the default because it measured 3.5-4x faster and 4x cheaper in CPU per tool-loop
     turn than fork (docs/cells/code.md); fork is the choice when messages must not share a
     process."""
+    runs_ahead: bool = True
+    """A message may reach this cell before the hand-off that sent it is committed
+    (docs/reliability.md, "Running ahead"): after a crash the cell may then see the message
+    again under a new id. ``false`` for a script whose outside effects (a request, a file)
+    must not repeat that way: its messages wait for their commit."""
     pool_max_jobs: Annotated[int, Field(ge=1)] = 1000
     """``pool``: a worker is replaced after this many messages."""
     pool_max_rss_mb: Annotated[int, Field(ge=16)] | None = 512
@@ -102,6 +107,12 @@ class CodeParams(BaseModel):
         if self.script_path is not None:
             return Path(self.script_path)
         return None
+
+
+def runs_ahead(spec: CellSpec) -> bool:
+    """``CellType.runs_ahead`` of the code cell: unless its params say ``"runs_ahead": false``."""
+    params = spec.params
+    return not (isinstance(params, dict) and params.get("runs_ahead") is False)
 
 
 def check_folder(params: CodeParams, folder: Path | None) -> list[ParamProblem]:

@@ -11,7 +11,7 @@ STORE = CellType(
     CellClass.STATEFUL,
     open_store,
     check_params=pydantic_check(StoreParams, check_folder),
-    runs_ahead=True,
+    runs_ahead=lambda spec: True,
 )
 
 __all__ = ["STORE", "StoreCell", "StoreParams", "open_store"]

@@ -304,21 +304,32 @@ class StoreCell:
             await self.tables.committed()
         if step.operation == "create_table" and "error_code" not in reply["header"]:
             self.schema.setdefault(step.table, {}).update(step.new_columns)
+            self.plans.clear()
         return reply
 
     async def _index(self, table: str, keys: tuple[str, ...]) -> None:
         """Index ``keys`` of ``table``, the first time a call looks rows up by them: a table
         read and updated per conversation (a thread) is otherwise scanned whole by every call,
-        and it grows for the life of the colony. At most ``AUTO_INDEXES`` per table; one that
-        cannot be made is logged and the call goes on without it."""
+        and it grows for the life of the colony. At most ``AUTO_INDEXES`` per table, counting
+        those made in earlier runs; one that cannot be made is logged and the call goes on
+        without it."""
         self.indexed.add((table, keys))
-        if sum(1 for t, _ in self.indexed if t == table) > AUTO_INDEXES:
-            return
-        name = quoted(f"{self.prefix}{table}:by:{','.join(keys)}")
+        name = f"{self.prefix}{table}:by:{','.join(keys)}"
         columns = ", ".join(quoted(k) for k in keys)
-        sql = f"CREATE INDEX IF NOT EXISTS {name} ON {self._name(table)} ({columns})"
+        create = f"CREATE INDEX IF NOT EXISTS {quoted(name)} ON {self._name(table)} ({columns})"
+        made = (
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
+            "AND substr(name, 1, ?) = ?"
+        )
+        mine = f"{self.prefix}{table}:by:"
+
+        def make(conn: sqlite3.Connection) -> None:
+            present = {row[0] for row in conn.execute(made, (self.prefix + table, len(mine), mine))}
+            if name not in present and len(present) < AUTO_INDEXES:
+                conn.execute(create).close()
+
         try:
-            await self.tables.write(lambda conn: conn.execute(sql).close())
+            await self.tables.write(make)
         except sqlite3.Error as exc:
             if self.log is not None:
                 self.log.warning(

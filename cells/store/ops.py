@@ -129,6 +129,10 @@ class Plans:
     def get(self, text: str) -> Plan | None:
         return self._plans.get(text)
 
+    def clear(self) -> None:
+        """Forget every plan (the schema changed: a new column may shadow the rowid)."""
+        self._plans.clear()
+
     def keep(self, text: str, step: Plan) -> None:
         if len(text) > self.TEXT_MAX:
             return

@@ -45,9 +45,6 @@ from colony.persist.writer import (
 
 T = TypeVar("T")
 
-_SETTLE_POLL_S = 0.05
-"""How often :meth:`ColonyDb.settled` looks again while the storage refuses writes."""
-
 __all__ = [
     "ColonyDb",
     "DbStatistics",
@@ -201,16 +198,6 @@ class ColonyDb:
         future, done = _completion()
         self._queue.put(Fence(done))
         await future
-
-    async def settled(self) -> None:
-        """Return once everything handed over before this call is committed or rejected:
-        :meth:`flush`, repeated while the storage refuses writes (what it keeps meanwhile is
-        not in the file yet; a file that was deleted or replaced takes nothing again)."""
-        await self.flush()
-        writer = self._writer
-        while writer.storage_error is not None and writer.lost is None and self._thread.is_alive():
-            await asyncio.sleep(_SETTLE_POLL_S)
-            await self.flush()
 
     async def commit(self, unit: Unit) -> None:
         """Hand a unit to the writer and return once it is committed (group commit: every

@@ -20,9 +20,11 @@ regex scan when it is not ASCII, and is stored unchanged.
 JSON is written by orjson (ten times the speed of ``json``, on every row the writer stores);
 whatever orjson refuses (a lone surrogate, an integer past 64 bits, a cycle, deep nesting, a
 key that is not a string or a number) is written by ``json`` exactly as before, so orjson
-changes the speed and the spacing of the text, never what reads back, with two exceptions
-in values no JSON text holds: a non-finite float is written ``null``, as
-:func:`colony.jsonwire.dumps` writes it, and a UUID as its text.
+changes the speed and the spacing of the text, never what reads back, except for values no
+JSON text holds, which only a cell written in Python can emit: a non-finite float is written
+``null`` (as :func:`colony.jsonwire.dumps` writes it), and some Python objects as orjson writes
+them rather than as their ``repr`` (an enum as its value, a UUID as its text; a key that is a
+date, an enum or a UUID is written instead of refused).
 """
 
 from __future__ import annotations

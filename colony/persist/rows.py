@@ -314,13 +314,22 @@ def _stand_in(body: Any) -> str:
         return f"<a {type(body).__name__} nested too deep to print>"
 
 
-def unstorable_letters(unit: Unit, reason: str) -> list[DeadLetter]:
+def unstorable_letters(unit: Unit, reason: str, *, ran_ahead: bool = False) -> list[DeadLetter]:
     """What a rejected unit leaves in the dead letters: its handled (or ingress) message, or,
-    for a long-running cell's own emissions, the messages they would have delivered."""
-    detail = (
-        f"colony.db could not store what this message caused ({reason}); it was removed from "
-        "the journal and its effects were not delivered; replay it once the cause is fixed"
-    )
+    for a long-running cell's own emissions, the messages they would have delivered.
+    ``ran_ahead``: its deliveries were handed on before the commit (:mod:`colony.journal`)."""
+    if ran_ahead:
+        detail = (
+            f"colony.db could not store what this message caused ({reason}); it was removed "
+            "from the journal, but what it delivered had already run (the hand-off ran ahead "
+            "of its commit): replaying it would run that again"
+        )
+    else:
+        detail = (
+            f"colony.db could not store what this message caused ({reason}); it was removed "
+            "from the journal and its effects were not delivered; replay it once the cause is "
+            "fixed"
+        )
     cell = unit.ack[1] if unit.ack is not None else None
     if unit.message is not None:
         m = unit.message

@@ -351,7 +351,7 @@ class Writer:
         conn = self.conn
         reason = describe(exc)
         if isinstance(piece, Commit):
-            letters = unstorable_letters(piece.unit, reason)
+            letters = unstorable_letters(piece.unit, reason, ran_ahead=not piece.waited)
             ack = piece.unit.ack
         elif isinstance(piece, DeadLetter):
             letters = [piece]

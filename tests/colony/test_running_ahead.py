@@ -13,14 +13,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from cells.code.params import runs_ahead as code_runs_ahead
 from colony.cell import CellClass, CellSpec, CellType
-from colony.effects import Delivery
+from colony.effects import Delivery, LogRow
 from colony.envelope import Envelope, source_message
 from colony.persist.db import ColonyDb
 from colony.persist.items import Unit
 from colony.persist.rows import Rows
 from colony.persist.schema import open_for_writing
-from colony.testing import ColonyHarness
+from colony.testing import ColonyHarness, spec_for
 
 
 def _tree(tmp: Path, *, mailbox_size: int | None = None) -> Path:
@@ -60,10 +61,16 @@ def _types(first: _Relay, second: _Relay, *, second_runs_ahead: bool) -> dict[st
     def fixed(relay: _Relay) -> Callable[[CellSpec], _Relay]:
         return lambda spec: relay
 
+    def always(spec: CellSpec) -> bool:
+        return True
+
     return {
-        "first": CellType("first", CellClass.STATEFUL, fixed(first), runs_ahead=True),
+        "first": CellType("first", CellClass.STATEFUL, fixed(first), runs_ahead=always),
         "second": CellType(
-            "second", CellClass.STATEFUL, fixed(second), runs_ahead=second_runs_ahead
+            "second",
+            CellClass.STATEFUL,
+            fixed(second),
+            runs_ahead=always if second_runs_ahead else None,
         ),
     }
 
@@ -156,12 +163,13 @@ async def test_a_delivery_to_a_cell_that_does_not_run_ahead_waits_for_its_commit
         assert len(h.captured("/sink")) == 1
 
 
-async def test_an_overflow_of_deliveries_that_ran_ahead_is_read_back_once_they_are_committed(
+async def test_deliveries_that_would_overflow_their_mailbox_wait_for_their_commit(
     tmp_path: Path,
 ) -> None:
-    gate, second_gate = asyncio.Event(), asyncio.Event()
-    # /second emits nothing: its hand-offs run ahead too, so it goes on to its overflow.
-    first, second = _Relay(gate, [], copies=4), _Relay(second_gate, [], copies=0)
+    # An overflow keeps journal ids only: what goes there must be committed first.
+    gate = asyncio.Event()
+    first, second = _Relay(gate, [], copies=4), _Relay(asyncio.Event(), [])
+    second.opened.set()
     async with ColonyHarness(
         _tree(tmp_path, mailbox_size=1),
         capture=["/sink"],
@@ -169,17 +177,46 @@ async def test_an_overflow_of_deliveries_that_ran_ahead_is_read_back_once_they_a
     ) as h:
         await h.send("/first", _body("m0"))
         with _writer_held(h.colony.db) as release:
-            gate.set()  # four copies for /second: one in its mailbox, three in the overflow
-            assert await _until(lambda: h.colony.runners["/second"].mailbox.overflowing == 3)
-            second_gate.set()
-            assert await _until(lambda: len(second.started) == 1)
+            gate.set()  # four copies for /second, whose mailbox holds one
+            assert await _until(lambda: first.started == ["m0"])
             await asyncio.sleep(0.2)
-            # The overflow's rows are not committed: /second waits for them, it drops nothing.
-            assert len(second.started) == 1
+            assert second.started == []  # nothing ran ahead
             release.set()
         await h.settle()
         assert len(second.started) == 4
+        assert len(h.captured("/sink")) == 4
         assert _journal_rows(h.colony.db) == 0
+
+
+def test_a_code_cell_runs_ahead_unless_its_params_say_not() -> None:
+    assert code_runs_ahead(spec_for("/c", {"script": "x.py"}))
+    assert not code_runs_ahead(spec_for("/c", {"script": "x.py", "runs_ahead": False}))
+
+
+async def test_a_unit_that_ran_ahead_and_cannot_be_stored_says_its_deliveries_already_ran(
+    tmp_path: Path,
+) -> None:
+    db = ColonyDb(tmp_path / "colony.db")
+    try:
+        handled = source_message("/cell", _body("m0"))
+        await db.commit(Unit(deliveries=[Delivery("/cell", handled, "/")]))
+        poison = source_message("/next", _body("m1"))
+        poison.created_at = 2**64  # no SQLite INTEGER holds it
+        ahead = Unit(
+            ack=(handled.id, "/cell"),
+            message=handled,
+            logs=[LogRow(poison, "/cell", "/next", 4)],
+            deliveries=[Delivery("/next", poison, "/cell")],
+        )
+        db.commit_later(ahead)
+        await db.flush()
+        (letter,) = await db.dead_letters()
+        assert letter.message_id == handled.id
+        assert letter.detail is not None
+        assert "had already run" in letter.detail
+        assert "replay it once" not in letter.detail
+    finally:
+        db.close()
 
 
 def _unit(ack: tuple[str, str] | None, *deliveries: tuple[str, Envelope]) -> Unit:

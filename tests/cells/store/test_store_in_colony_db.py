@@ -297,3 +297,35 @@ async def test_a_store_indexes_the_columns_its_calls_look_rows_up_by_once(
             0,
         )
         assert "INDEX /memory:thread:by:fired,role,turn_id" in used, used
+
+
+async def test_a_store_makes_at_most_four_indexes_per_table_across_restarts(
+    make_tree: TreeFactory, tmp_path: Path
+) -> None:
+    tree = make_tree(store_tree())
+    by = [["turn_id"], ["role"], ["fired"], ["iter"], ["turn_id", "role"]]
+
+    def lookup(columns: list[str]) -> dict[str, Any]:
+        values = {"turn_id": "t1", "role": "user", "fired": 0, "iter": 0}
+        where = {c: values[c] for c in columns}
+        return {"operation": "select", "table": "thread", "columns": ["turn_id"], "where": where}
+
+    for run, keys in enumerate((by[:3], by[3:])):  # three in one run, two more in the next
+        async with ColonyHarness(tree, capture=["/sink"], workdir=tmp_path / "run") as colony:
+            if run == 0:
+                await ask(colony, row(turn_id="t1", iter=0, role="user", fired=0))
+            for columns in keys:
+                await ask(colony, lookup(columns))
+    conn = sqlite3.connect(tmp_path / "run" / "colony" / "colony.db")
+    try:
+        names = [
+            name
+            for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?",
+                ("/memory:thread",),
+            )
+        ]
+    finally:
+        conn.close()
+    assert len(names) == 4, names
+    assert "/memory:thread:by:role,turn_id" not in names
