@@ -14,9 +14,14 @@ TRUNCATION_MARKER = "… [truncated, {total} bytes total]"
 length of the whole text."""
 
 
+_SORTED = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""Built once: ``json.dumps`` with these arguments builds an encoder per call, and a store
+encodes every select's rows, a code cell every message it is sent."""
+
+
 def dumps_sorted(value: Any) -> str:
     """Compact JSON with sorted keys, non-ASCII kept: what meclaw's serde_json writes."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _SORTED.encode(value)
 
 
 def utf8_len(text: str) -> int:

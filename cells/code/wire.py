@@ -17,9 +17,9 @@ than 128 levels is ``invalid_json`` naming the problem (see :mod:`colony.jsonwir
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from cells.text import dumps_sorted
 from cells.toolcall import result_turn
 from colony.envelope import Envelope, JsonObject
 from colony.jsonwire import JsonRefused, loads
@@ -54,13 +54,9 @@ def script_params(params: Any) -> JsonObject:
     }
 
 
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-"""Sorted, compact, non-ASCII kept (as meclaw writes it); built once, not per message."""
-
-
 def params_json(params: JsonObject) -> str:
     """``params`` as :func:`stdin_document` writes them: once per cell, not per message."""
-    return _ENCODER.encode(params)
+    return dumps_sorted(params)
 
 
 def stdin_document(message: Envelope, cell_path: str, params: str) -> bytes:
@@ -79,7 +75,7 @@ def stdin_document(message: Envelope, cell_path: str, params: str) -> bytes:
         envelope["correlation_id"] = message.correlation_id
     body = message.body if isinstance(message.body, dict) else {}
     # Sorted keys: "params" comes last, so it is spliced in after the closing brace goes.
-    head = _ENCODER.encode({"body": body, "envelope": envelope})
+    head = dumps_sorted({"body": body, "envelope": envelope})
     return f'{head[:-1]},"params":{params}}}'.encode()
 
 

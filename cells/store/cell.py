@@ -42,7 +42,6 @@ from cells.store.ops import (
     UnknownNameError,
     bind,
     call_text,
-    encode_sorted,
     parse_args,
     plan,
 )
@@ -56,6 +55,7 @@ from cells.store.tables import (
     retire_cell_db,
     tables_of,
 )
+from cells.text import dumps_sorted
 from cells.toolcall import tool_error, tool_result
 from colony.cell import CellSpec, Emission
 from colony.celltables import CellTables, quoted, storage_failure
@@ -83,9 +83,9 @@ def _rows_json(columns: list[str], rows: list[tuple[Any, ...]]) -> str:
     the one value SQLite returns that JSON cannot hold is a BLOB (``bytes``), which makes the
     encoder raise: only then are the rows built again with each BLOB read back as its bytes."""
     try:
-        return encode_sorted([dict(zip(columns, row, strict=True)) for row in rows])
+        return dumps_sorted([dict(zip(columns, row, strict=True)) for row in rows])
     except TypeError:
-        return encode_sorted(
+        return dumps_sorted(
             [
                 {name: _read_back(value) for name, value in zip(columns, row, strict=True)}
                 for row in rows

@@ -11,12 +11,12 @@ on any table, existing or not).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from cells.store.params import SQL_TYPES, identifier_problem
+from cells.text import dumps_sorted
 from colony.celltables import quoted
 from colony.jsonwire import JsonRefused, loads
 
@@ -31,9 +31,6 @@ KNOWN_ARGS: dict[str, tuple[str, ...]] = {
 }
 _ALLOWED = {op: frozenset(("operation", "table", *known)) for op, known in KNOWN_ARGS.items()}
 WRITES = frozenset({"insert", "update", "delete", "create_table"})
-encode_sorted = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
-""":func:`cells.text.dumps_sorted` with its encoder built once (a store encodes every JSON
-value bound and every select's rows)."""
 _COMPARISONS = {"eq": "=", "neq": "!=", "lt": "<", "lte": "<=", "gt": ">", "gte": ">="}
 
 
@@ -75,7 +72,7 @@ def bind(value: Any) -> Any:
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, dict | list):
-        return encode_sorted(value)
+        return dumps_sorted(value)
     return value
 
 
