@@ -142,12 +142,8 @@ class Journal:
         if effects.egress:
             return False
         ahead = self.ahead
-        deliveries = effects.deliveries
-        if len(deliveries) == 1:  # the usual hand-off
-            box = ahead.get(deliveries[0].cell)
-            return box is not None and box.fits(1, message_bytes(deliveries[0].message))
         per_cell: dict[str, tuple[int, int]] = {}
-        for d in deliveries:
+        for d in effects.deliveries:
             if d.cell not in ahead:
                 return False
             count, nbytes = per_cell.get(d.cell, (0, 0))
