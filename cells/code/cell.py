@@ -122,10 +122,9 @@ class CodeCell:
         remove_directory(self._own_cwd)
         self._own_cwd = None
 
-    async def _run(self, stdin: bytes) -> RunResult:
+    async def _forked(self, stdin: bytes) -> RunResult:
+        """One run outside the pool: forked from the warm worker, or spawned."""
         p = self.params
-        if self._pool is not None:
-            return await self._pool.run(stdin, timeout=p.timeout)
         if self._zygote is not None:
             await self._zygote.start()
             return await self._zygote.run(
@@ -177,7 +176,7 @@ class CodeCell:
             if self._pool is not None:  # the usual case, without a coroutine of its own
                 result = await self._pool.run(stdin, timeout=self.params.timeout)
             else:
-                result = await self._run(stdin)
+                result = await self._forked(stdin)
         except ProcessError as exc:
             return [error_content("io_error", str(exc))]
         duration = result.duration_ms
