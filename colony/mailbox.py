@@ -268,29 +268,24 @@ class MemoryMailbox:
     def _held(self) -> int:
         return len(self._backlog) + self._queue.qsize()
 
-    def _has_room(self, size: int) -> bool:
+    def _has_room(self, size: int, count: int = 1) -> bool:
+        """Room in memory for ``count`` more messages of ``size`` bytes together (one message
+        alone always fits an empty mailbox, however large)."""
         held = self._held()
-        if held >= self._capacity:
+        if held + count > self._capacity:
             return False
         limit = self._max_bytes
-        return held == 0 or limit is None or self._bytes + size <= limit
+        return limit is None or self._bytes + size <= limit or (held == 0 and count == 1)
 
     def full(self) -> bool:
         """No room in memory, or an overflow still to deliver first."""
-        overflow = self._overflow
-        return not self._has_room(0) or (overflow is not None and len(overflow) > 0)
+        return not self.fits(1, 0)
 
     def fits(self, count: int, nbytes: int) -> bool:
         """Whether ``count`` more messages of ``nbytes`` together would all be held in memory
         (none of them overflowing) if they were pushed now."""
         overflow = self._overflow
-        if overflow is not None and len(overflow):
-            return False
-        held = self._held()
-        if held + count > self._capacity:
-            return False
-        limit = self._max_bytes
-        return limit is None or self._bytes + nbytes <= limit or (held == 0 and count == 1)
+        return not (overflow is not None and len(overflow)) and self._has_room(nbytes, count)
 
     @property
     def overflowing(self) -> int:
