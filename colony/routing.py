@@ -133,15 +133,15 @@ def _route_one(
     fx.decisions += 1
     ttl -= 1
     message.ttl = ttl
-    if cell is not None and not is_colony_endpoint(resolved):
+    if is_colony_endpoint(resolved):  # before a cell at the same path
+        _endpoint(fx, sender, message, resolved)
+        return None
+    if cell is not None:
         message.target = resolved
         fx.deliveries.append(Delivery(resolved, message, sender))
         if table.record:
             origin = EXTERNAL if message.parent_message_id is None else sender
             fx.logs.append(LogRow(message, origin, resolved, ttl))
-        return None
-    if is_colony_endpoint(resolved):
-        _endpoint(fx, sender, message, resolved)
         return None
     if resolved in table.hives:
         return _transit(table, fx, sender, message, resolved, ttl)
