@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Final, TypeAlias
 
 from colony.errors import ColonyError
+from colony.persist.escape import has_surrogate
 
 __all__ = [
     "ENGINE_ENV_VAR",
@@ -600,7 +601,6 @@ _DEFER: Final[Any] = object()
 """A shortcut's answer when the engine must answer."""
 _PLAIN_LIMIT: Final = 10_000
 """Values looked at, at most, to find a variable plain (past it, the engine answers)."""
-_SURROGATES: Final = re.compile("[\ud800-\udfff]")
 _INT_TEXT: Final = re.compile(r"-?(?:0|[1-9][0-9]*)", re.ASCII)
 _TOKEN: Final = re.compile(
     r"""\s*(?:(&&|\|\||==|!=|<=|>=|[<>!+\-().])|([A-Za-z_][A-Za-z0-9_]*)"""
@@ -625,7 +625,7 @@ def _is_plain(value: dict[str, Any]) -> bool:
     items: Any = value.items()
     while True:
         for key, item in items:
-            if type(key) is not str or (not key.isascii() and _SURROGATES.search(key)):
+            if type(key) is not str or has_surrogate(key):
                 return False
             if not _plain_scalar(item):
                 if type(item) is dict:
@@ -645,7 +645,7 @@ def _is_plain(value: dict[str, Any]) -> bool:
 def _plain_scalar(item: Any) -> bool:
     kind = type(item)
     if kind is str:
-        return item.isascii() or _SURROGATES.search(item) is None
+        return not has_surrogate(item)
     if kind is bool or item is None:
         return True
     if kind is int:
@@ -691,7 +691,7 @@ class _Parser:
                 self.tokens.append(("int", number))
             else:
                 text = single if single is not None else double
-                if _SURROGATES.search(text):
+                if has_surrogate(text):
                     raise _NoShortcut
                 self.tokens.append(("str", text))
             at = found.end()
