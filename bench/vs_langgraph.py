@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
+import importlib.util
 import json
 import os
 import resource
@@ -690,19 +692,16 @@ def _record(
 
 
 def _has_uvloop() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("uvloop") is not None
 
 
 def _on_loop(loop: str, main: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
     """Run ``main`` on a new loop of the named kind (uvloop: what the daemon picks when the
     ``uvloop`` extra is installed)."""
-    factory = None
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
     if loop == "uvloop":
-        import uvloop
-
-        factory = uvloop.new_event_loop
+        # By name: mypy runs where the extra is not installed (CI's dev install).
+        factory = importlib.import_module("uvloop").new_event_loop
     with asyncio.Runner(loop_factory=factory) as runner:
         return runner.run(main)
 
