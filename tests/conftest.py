@@ -11,6 +11,10 @@ from typing import Any
 
 import pytest
 
+from tests.pg import pg_schema  # a fixture: a PostgreSQL schema of the test's own
+
+__all__ = ["pg_schema"]
+
 # Each pytest-xdist worker flushes a live-Redis database of its own (15 for gw0, 14 for gw1, ...):
 # two workers flushing one database under each other's tests made the live legs flaky.
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
