@@ -54,6 +54,15 @@ class Envelope:
     body: Any
     created_at: int
     """Unix seconds."""
+    partition: int = 0
+    """The conversation's partition (a colony with a ``cluster`` block: ``colony.cluster``),
+    chosen at ingress and inherited like the trace id. Not part of the stored envelope: the
+    journal keeps it in a column. 0 in a colony without a cluster."""
+    epoch: int | None = 0
+    """The epoch of this node's ownership of ``partition`` when the message entered its
+    memory, inherited by follow-ups; a unit made under an epoch that is no longer the
+    partition's is refused (fenced). None: a message for a partition another node owns (it is
+    journalled for that node to claim, never handled here)."""
 
     @property
     def context(self) -> JsonObject:
@@ -148,7 +157,8 @@ def follow_up(
     reply_to: str | None,
     ttl: int,
 ) -> Envelope:
-    """A message derived from ``parent``: same trace, parent link, fresh id and timestamp."""
+    """A message derived from ``parent``: same trace (and partition), parent link, fresh id
+    and timestamp."""
     # Positional: built several times per hand-off, and keywords cost a dataclass more.
     return Envelope(
         uuid7(),
@@ -161,4 +171,6 @@ def follow_up(
         Headers(context, hop),
         body,
         int(time.time()),
+        parent.partition,
+        parent.epoch,
     )

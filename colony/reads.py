@@ -210,6 +210,8 @@ async def answer(colony: Colony, endpoint: str, message: Envelope) -> Envelope:
         headers=Headers({}, {}),
         body=body,
         created_at=int(time.time()),
+        partition=message.partition,  # the asker's conversation: its node gets the answer
+        epoch=message.epoch,
     )
 
 

@@ -518,6 +518,8 @@ def _record(
         headers=Headers(parent.headers.context, hop),
         body=body,
         created_at=int(time.time()),
+        partition=parent.partition,
+        epoch=parent.epoch,
     )
 
 
@@ -631,4 +633,6 @@ def ttl_notice(message: Envelope, resolved: str, default_ttl: int) -> Envelope:
             "result will follow"
         ),
         created_at=int(time.time()),
+        partition=message.partition,
+        epoch=message.epoch,
     )
