@@ -178,15 +178,20 @@ class Rows:
         self._deliveries = []
         self._unwritten.clear()
 
+    def take_key(self, conn: Any, key: str, trace_id: str) -> bool:
+        """Remember an ingress key; False when it was taken before (a duplicate)."""
+        return bool(
+            conn.execute(
+                "INSERT OR IGNORE INTO ingress_keys(key, trace_id, created_at) VALUES (?,?,?)",
+                (storable_text(key), storable_text(trace_id), int(time.time())),
+            ).rowcount
+        )
+
     def unit(self, conn: sqlite3.Connection, unit: Unit) -> None:
         unit.duplicate = False
         if unit.key is not None:
             trace = unit.deliveries[0].message.trace_id if unit.deliveries else ""
-            taken = conn.execute(
-                "INSERT OR IGNORE INTO ingress_keys(key, trace_id, created_at) VALUES (?,?,?)",
-                (storable_text(unit.key), storable_text(trace), int(time.time())),
-            ).rowcount
-            if not taken:
+            if not self.take_key(conn, unit.key, trace):
                 unit.duplicate = True
                 return
         for row in unit.logs:

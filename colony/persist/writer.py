@@ -91,7 +91,8 @@ def _waited(piece: Piece) -> bool:
 class Writer:
     """Runs in its own thread (``run``) and owns the write connection."""
 
-    def __init__(self, conn: sqlite3.Connection, items: queue.SimpleQueue[Item]) -> None:
+    def __init__(self, conn: Any, items: queue.SimpleQueue[Item]) -> None:
+        # ``conn``: a sqlite3.Connection here; a subclass's own connection (psycopg's)
         self.conn = conn
         self.items = items
         self.on_event: Event | None = None
@@ -201,7 +202,7 @@ class Writer:
                 "messages whose effects were not committed stay in the journal and run again "
                 "at the next boot; message-log rows and dead letters among these are lost",
             )
-        with contextlib.suppress(sqlite3.Error):
+        with contextlib.suppress(Exception):
             self.conn.close()
 
     # -- one batch ----------------------------------------------------------------------------
@@ -214,7 +215,7 @@ class Writer:
             counts = self._transaction(work)
         except Exception as exc:
             self._rollback()
-            if storage_trouble(exc):
+            if self._trouble(exc):
                 self._defer(work, exc)
             else:
                 self._isolate(work)
@@ -224,13 +225,28 @@ class Writer:
             if isinstance(piece, Commit | Execute):
                 piece.done(None)
 
+    # -- what a database other than SQLite changes (colony/persist/pg/writer.py) --------------
+
+    def _begin(self) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def _rows(self) -> Rows:
+        return Rows()
+
+    def _trouble(self, exc: BaseException) -> bool:
+        return storage_trouble(exc)
+
+    def _before_commit(self, rows: Rows, work: list[Piece]) -> None:
+        """Last step inside a batch's transaction, before its rows are written."""
+
     def _transaction(self, work: list[Piece]) -> tuple[int, int]:
         conn = self.conn
-        conn.execute("BEGIN IMMEDIATE")
-        rows = Rows()
+        self._begin()
+        rows = self._rows()
         for piece in work:
             rows.add(conn, piece)
         self._linger(conn, rows, work)
+        self._before_commit(rows, work)
         rows.write(conn)
         if any(isinstance(piece, Commit) for piece in work):
             crash_point("journal.commit")
@@ -308,17 +324,17 @@ class Writer:
         failed: list[tuple[Piece, BaseException]] = []
         counts = [0, 0]
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            self._begin()
             for piece in work:
                 conn.execute("SAVEPOINT piece")
                 try:
-                    rows = Rows()
+                    rows = self._rows()
                     rows.add(conn, piece)
                     rows.write(conn)
                 except Exception as exc:
                     conn.execute("ROLLBACK TO piece")
                     conn.execute("RELEASE piece")
-                    if storage_trouble(exc):
+                    if self._trouble(exc):
                         raise
                     failed.append((piece, exc))
                     self._reject(piece, exc)
@@ -329,7 +345,7 @@ class Writer:
             conn.execute("COMMIT")
         except Exception as exc:
             self._rollback()
-            if storage_trouble(exc):
+            if self._trouble(exc):
                 self._defer(work, exc)
                 return
             # A bug, not a piece: report it and keep everything for the next round.
@@ -360,7 +376,7 @@ class Writer:
             return  # a message-log or registry row: reported, nothing else to keep
         conn.execute("SAVEPOINT fallback")
         try:
-            rows = Rows()
+            rows = self._rows()
             for letter in letters:
                 rows.letter(letter)
             if ack is not None:
@@ -369,7 +385,7 @@ class Writer:
         except Exception as second:
             conn.execute("ROLLBACK TO fallback")
             conn.execute("RELEASE fallback")
-            if storage_trouble(second):
+            if self._trouble(second):
                 raise
             return
         conn.execute("RELEASE fallback")

@@ -1,0 +1,176 @@
+"""Who owns which partition, and who leads a singleton task: leases with epochs in the
+cluster database.
+
+A node renews its rows every third of ``lease_ms``; a row whose lease expired is free. Every
+change of owner adds one to the partition's ``epoch``: a unit carries the epoch it was made
+under and the writer's fence refuses it once the epoch moved on
+(:mod:`colony.persist.pg.writer`), so a node paused past its lease writes nothing when it
+wakes. Time is the database's clock (``now()``), never a node's: nodes' clocks may disagree.
+
+A node takes free or expired partitions up to its fair share, ``ceil(partitions / live
+nodes)``. Past its share (a node joined) it gives partitions back only by draining: the
+kernel stops taking new work for the partition, waits for the units in flight, then calls
+:meth:`Ownership.release`. A takeover is never forced on a live owner.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+
+@dataclass(slots=True)
+class Changes:
+    """What one :meth:`Ownership.tick` changed."""
+
+    gained: dict[int, int] = field(default_factory=dict)
+    """Partitions taken, with their new epochs: replay their journal rows."""
+    lost: set[int] = field(default_factory=set)
+    """Partitions another node now owns (or that expired): drop their messages from memory."""
+    drain: set[int] = field(default_factory=set)
+    """Partitions to hand back (this node holds more than its share): drain, then release."""
+
+
+class Ownership:
+    """One node's leases (partitions, leaders, its own liveness) on an async connection."""
+
+    def __init__(self, dsn: str, node: str, partitions: int, lease_ms: int) -> None:
+        self.dsn = dsn
+        self.node = node
+        self.partitions = partitions
+        self.lease_ms = lease_ms
+        self.owned: dict[int, int] = {}
+        """Partition → the epoch this node holds it under."""
+        self.draining: set[int] = set()
+        self.leading: dict[str, int] = {}
+        """Leader name → epoch, for the leader leases this node holds."""
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+
+    @property
+    def lease(self) -> str:
+        return f"{self.lease_ms} milliseconds"
+
+    async def _connection(self) -> psycopg.AsyncConnection[Any]:
+        conn = self._conn
+        if conn is None or conn.closed or conn.broken:
+            conn = self._conn = await psycopg.AsyncConnection.connect(
+                self.dsn, autocommit=True, connect_timeout=5
+            )
+        return conn
+
+    async def tick(self, *, take: bool = True) -> Changes:
+        """Renew this node's leases, notice those lost, take free partitions up to the fair
+        share (``take``: False while the node stops or drains everything). A connection the
+        server dropped is found broken only when used: one retry on a new one."""
+        try:
+            return await self._tick(take)
+        except psycopg.OperationalError:
+            if self._conn is not None and not self._conn.broken:
+                raise
+            return await self._tick(take)
+
+    async def _tick(self, take: bool) -> Changes:
+        conn = await self._connection()
+        changes = Changes()
+        await conn.execute(
+            "INSERT INTO cluster_nodes(node, started_at, seen_at, expires_at) "
+            "VALUES (%s, now(), now(), now() + %s::interval) ON CONFLICT (node) DO UPDATE SET "
+            "seen_at = now(), expires_at = excluded.expires_at",
+            (self.node, self.lease),
+        )
+        cur = await conn.execute(
+            "UPDATE cluster_partitions SET expires_at = now() + %s::interval "
+            "WHERE owner = %s RETURNING partition, epoch",
+            (self.lease, self.node),
+        )
+        still = dict(await cur.fetchall())
+        for partition, epoch in self.owned.items():
+            if still.get(partition) != epoch:
+                changes.lost.add(partition)
+        for partition in changes.lost:
+            del self.owned[partition]
+            self.draining.discard(partition)
+        for partition, epoch in still.items():
+            if partition not in self.owned:  # ours in the table, not in memory: give it up
+                await self.release(partition, epoch)
+        cur = await conn.execute("SELECT count(*) FROM cluster_nodes WHERE expires_at > now()")
+        row = await cur.fetchone()
+        live = max(1, int(row[0]) if row else 1)
+        share = math.ceil(self.partitions / live)
+        if take and len(self.owned) < share:
+            cur = await conn.execute(
+                "UPDATE cluster_partitions SET owner = %s, epoch = epoch + 1, "
+                "expires_at = now() + %s::interval, draining = FALSE WHERE partition IN ("
+                "SELECT partition FROM cluster_partitions WHERE owner IS NULL OR "
+                "expires_at IS NULL OR expires_at < now() ORDER BY partition LIMIT %s "
+                "FOR UPDATE SKIP LOCKED) RETURNING partition, epoch",
+                (self.node, self.lease, share - len(self.owned)),
+            )
+            for partition, epoch in await cur.fetchall():
+                self.owned[partition] = epoch
+                changes.gained[partition] = epoch
+        extra = len(self.owned) - len(self.draining) - share
+        if extra > 0:
+            for partition in sorted(set(self.owned) - self.draining, reverse=True)[:extra]:
+                self.draining.add(partition)
+                changes.drain.add(partition)
+        for name in list(self.leading):
+            await self.lead(name)
+        return changes
+
+    async def release(self, partition: int, epoch: int | None = None) -> None:
+        """Give a drained partition back (free for any node at once)."""
+        conn = await self._connection()
+        epoch = self.owned.get(partition) if epoch is None else epoch
+        await conn.execute(
+            "UPDATE cluster_partitions SET owner = NULL, expires_at = NULL, draining = FALSE "
+            "WHERE partition = %s AND owner = %s AND epoch = %s",
+            (partition, self.node, epoch),
+        )
+        self.owned.pop(partition, None)
+        self.draining.discard(partition)
+
+    async def lead(self, name: str) -> bool:
+        """Hold (or take, if free or expired) the leader lease ``name``; True while held."""
+        conn = await self._connection()
+        cur = await conn.execute(
+            "INSERT INTO cluster_leaders AS l (name, owner, epoch, expires_at) "
+            "VALUES (%s, %s, 1, now() + %s::interval) ON CONFLICT (name) DO UPDATE SET "
+            "owner = excluded.owner, expires_at = excluded.expires_at, "
+            "epoch = CASE WHEN l.owner = excluded.owner THEN l.epoch ELSE l.epoch + 1 END "
+            "WHERE l.owner = excluded.owner OR l.owner IS NULL OR l.expires_at < now() "
+            "RETURNING epoch",
+            (name, self.node, self.lease),
+        )
+        row = await cur.fetchone()
+        if row is None:
+            self.leading.pop(name, None)
+            return False
+        self.leading[name] = int(row[0])
+        return True
+
+    async def stop(self) -> None:
+        """Hand everything back (a clean stop: other nodes take over at once, not after a
+        lease) and close the connection."""
+        conn = self._conn
+        if conn is None or conn.closed:
+            return
+        try:
+            await conn.execute(
+                "UPDATE cluster_partitions SET owner = NULL, expires_at = NULL, "
+                "draining = FALSE WHERE owner = %s",
+                (self.node,),
+            )
+            await conn.execute(
+                "UPDATE cluster_leaders SET owner = NULL, expires_at = NULL WHERE owner = %s",
+                (self.node,),
+            )
+            await conn.execute("DELETE FROM cluster_nodes WHERE node = %s", (self.node,))
+        finally:
+            self.owned.clear()
+            self.draining.clear()
+            self.leading.clear()
+            await conn.close()

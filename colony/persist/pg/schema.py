@@ -1,0 +1,155 @@
+"""The cluster database's tables, created on first use by any node.
+
+The kernel's tables keep ``colony.db``'s names and columns (``journal``, ``message_log``,
+``dead_letters``, ``registry``, ``ingress_keys``, ``meta``), so a query that reads them reads
+the same rows on either backend; the journal adds the conversation's ``partition`` and the
+``epoch`` it was claimed under (NULL: not yet claimed by the partition's owner). The cluster's
+own tables start with ``cluster_``. A colony's tables live in the schema its DSN's
+``search_path`` names: give each colony a schema (or a database) of its own.
+
+``seq`` columns are identities: several nodes insert at once, so no node may number rows
+itself. Creation is serialised by an advisory lock: two nodes booting together would otherwise
+race on ``CREATE TABLE IF NOT EXISTS`` (PostgreSQL's check and create are not atomic).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from colony.errors import ColonyError
+
+SCHEMA_VERSION = "1"
+
+_LOCK = 0x636F6C6F6E79  # "colony": the advisory lock that serialises creating the tables
+
+DDL = """
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS registry (
+    path TEXT PRIMARY KEY,
+    cell_id TEXT NOT NULL,
+    cell_type TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS message_log (
+    seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id TEXT NOT NULL,
+    trace_id TEXT NOT NULL,
+    parent_message_id TEXT,
+    correlation_id TEXT,
+    ttl BIGINT NOT NULL,
+    from_path TEXT NOT NULL,
+    to_path TEXT NOT NULL,
+    reply_to TEXT,
+    headers TEXT NOT NULL,
+    body_kind TEXT NOT NULL,
+    body_payload TEXT NOT NULL,
+    created_at BIGINT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS message_log_trace ON message_log(trace_id);
+CREATE INDEX IF NOT EXISTS message_log_created ON message_log(created_at);
+CREATE INDEX IF NOT EXISTS message_log_id ON message_log(id);
+CREATE TABLE IF NOT EXISTS dead_letters (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    sender_path TEXT NOT NULL,
+    original_target TEXT NOT NULL,
+    resolved_target TEXT NOT NULL,
+    error_code TEXT NOT NULL,
+    trace_id TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    detail TEXT,
+    message_id TEXT,
+    replayed_at BIGINT,
+    replayed_as TEXT,
+    message_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS dead_letters_created ON dead_letters(created_at);
+CREATE INDEX IF NOT EXISTS dead_letters_code ON dead_letters(error_code);
+CREATE INDEX IF NOT EXISTS dead_letters_trace ON dead_letters(trace_id);
+CREATE TABLE IF NOT EXISTS journal (
+    seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id TEXT NOT NULL,
+    cell TEXT NOT NULL,
+    sender TEXT NOT NULL,
+    envelope TEXT NOT NULL,
+    body TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    epoch BIGINT
+);
+CREATE INDEX IF NOT EXISTS journal_id ON journal(id);
+CREATE INDEX IF NOT EXISTS journal_partition ON journal(partition, seq);
+CREATE TABLE IF NOT EXISTS ingress_keys (
+    key TEXT PRIMARY KEY,
+    trace_id TEXT NOT NULL,
+    created_at BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS cluster_partitions (
+    partition INTEGER PRIMARY KEY,
+    owner TEXT,
+    epoch BIGINT NOT NULL DEFAULT 0,
+    expires_at TIMESTAMPTZ,
+    draining BOOLEAN NOT NULL DEFAULT FALSE
+);
+CREATE TABLE IF NOT EXISTS cluster_nodes (
+    node TEXT PRIMARY KEY,
+    started_at TIMESTAMPTZ NOT NULL,
+    seen_at TIMESTAMPTZ NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL,
+    api TEXT
+);
+CREATE TABLE IF NOT EXISTS cluster_leaders (
+    name TEXT PRIMARY KEY,
+    owner TEXT,
+    epoch BIGINT NOT NULL DEFAULT 0,
+    expires_at TIMESTAMPTZ
+);
+"""
+"""Every table and index of the cluster database (schema :data:`SCHEMA_VERSION`)."""
+
+
+class ClusterSchemaError(ColonyError):
+    """The database holds a colony schema this daemon does not know, or another colony's."""
+
+    code = "cluster_schema_mismatch"
+
+
+def create(conn: Any, partitions: int) -> None:
+    """Create what is missing, on an autocommit psycopg connection, and the partitions' rows
+    (``partitions`` of them; a colony's partition count never changes once rows exist: a
+    conversation's partition is a hash modulo that count). Raises :class:`ClusterSchemaError`
+    when the database was made for another partition count or schema version."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
+        conn.execute(DDL)
+        conn.execute(
+            "INSERT INTO meta(key, value) VALUES ('schema_version', %s), ('partitions', %s) "
+            "ON CONFLICT (key) DO NOTHING",
+            (SCHEMA_VERSION, str(partitions)),
+        )
+        found = dict(
+            conn.execute(
+                "SELECT key, value FROM meta WHERE key IN ('schema_version', 'partitions')"
+            ).fetchall()
+        )
+        if found.get("schema_version") != SCHEMA_VERSION:
+            raise ClusterSchemaError(
+                f"the cluster database holds colony schema version "
+                f"{found.get('schema_version')!r}; this daemon reads version {SCHEMA_VERSION}: "
+                "point cluster.dsn at a schema of its own or upgrade the daemon"
+            )
+        if found.get("partitions") != str(partitions):
+            raise ClusterSchemaError(
+                f"the cluster database was made with {found.get('partitions')} partitions and "
+                f"colony.json cluster.partitions says {partitions}: a conversation's partition "
+                "depends on that number, so it cannot change while the database holds a "
+                f"colony; set cluster.partitions to {found.get('partitions')}"
+            )
+        conn.execute(
+            "INSERT INTO cluster_partitions(partition) SELECT generate_series(0, %s - 1) "
+            "ON CONFLICT (partition) DO NOTHING",
+            (partitions,),
+        )

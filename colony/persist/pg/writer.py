@@ -1,0 +1,268 @@
+"""The writer loop of :mod:`colony.persist.writer` on PostgreSQL, with the partition fence.
+
+Everything about batches, isolation of a bad piece, outages and retries is the SQLite writer's
+(this module overrides only what speaks SQL). Two things are new:
+
+* **The fence.** Each transaction starts by reading, ``FOR SHARE``, the partitions this node
+  owns and their epochs. A unit made under an epoch that is no longer its partition's (the
+  node was paused or cut off past its lease and another node took the partition over) fails
+  alone with :class:`UnitFenced`: nothing of it is written, nothing is dead-lettered (the new
+  owner runs the message from the journal), and ``unit_fenced`` is reported. The share lock
+  holds a takeover (an ``UPDATE`` of the row) until this transaction ends, so no unit commits
+  under an epoch that changed while it was being written.
+* **Claims.** A delivery into a partition this node does not own (epoch None) is journalled
+  unclaimed and its owner is woken by ``NOTIFY`` (:data:`CLAIM_CHANNEL`), sent at commit.
+
+Deadlocks and serialisation failures (two nodes' store writes on the same rows) are retried
+like an outage: the whole batch again, nothing lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from colony.celltables import storage_failure
+from colony.persist.escape import storable_json, storable_text
+from colony.persist.items import Commit, Execute, Piece, Unit
+from colony.persist.rows import Rows
+from colony.persist.writer import PersistenceError, Writer
+
+CLAIM_CHANNEL = "colony_claim"
+"""LISTEN/NOTIFY channel: the payload is a partition that has unclaimed journal rows."""
+
+
+class UnitFenced(PersistenceError):
+    """The unit was made under an ownership of its partition that has ended: nothing of it was
+    written (the partition's new owner runs the message again from the journal)."""
+
+    code = "unit_fenced"
+
+
+def fence_pairs(unit: Unit) -> set[tuple[int, int]]:
+    """The ``(partition, epoch)`` ownerships a unit was made under: its handled message's, and
+    each delivery's that this node owns (a delivery with epoch None is for another node)."""
+    pairs: set[tuple[int, int]] = set()
+    if unit.ack is not None and unit.message is not None and unit.message.epoch is not None:
+        pairs.add((unit.message.partition, unit.message.epoch))
+    for d in unit.deliveries:
+        if d.message.epoch is not None:
+            pairs.add((d.message.partition, d.message.epoch))
+    return pairs
+
+
+class PgRows(Rows):
+    """:class:`Rows` written with PostgreSQL's SQL."""
+
+    __slots__ = ("epochs", "wake")
+
+    def __init__(self, epochs: dict[int, int]) -> None:
+        super().__init__()
+        self.epochs = epochs
+        """The partitions this node owns and their epochs, read under the fence's lock."""
+        self.wake: set[int] = set()
+        """Partitions given unclaimed rows: their owners are notified at commit."""
+
+    def take_key(self, conn: Any, key: str, trace_id: str) -> bool:
+        cur = conn.execute(
+            "INSERT INTO ingress_keys(key, trace_id, created_at) VALUES (%s,%s,%s) "
+            "ON CONFLICT (key) DO NOTHING",
+            (storable_text(key), storable_text(trace_id), int(time.time())),
+        )
+        return bool(cur.rowcount)
+
+    def unit(self, conn: Any, unit: Unit) -> None:
+        for partition, epoch in fence_pairs(unit):
+            if self.epochs.get(partition) != epoch:
+                owned = self.epochs.get(partition)
+                raise UnitFenced(
+                    f"partition {partition} was owned here under epoch {epoch} and is now "
+                    + ("owned by another node" if owned is None else f"at epoch {owned}")
+                )
+        super().unit(conn, unit)
+
+    def add(self, conn: Any, piece: Piece) -> None:
+        if isinstance(piece, Execute):
+            _run_cell_sql(piece, conn)
+        else:
+            super().add(conn, piece)
+
+    def _serialise_journal(self) -> None:
+        for delivery in self._deliveries:
+            if delivery is None:
+                continue
+            cell, sender, m = delivery
+            envelope = m.head_json()
+            envelope["created_at"] = m.created_at
+            if m.epoch is None:
+                self.wake.add(m.partition)
+            self.inserts.append(
+                (
+                    storable_text(m.id),
+                    storable_text(cell),
+                    storable_text(sender),
+                    storable_json(envelope),
+                    self._body_of(m),
+                    m.partition,
+                    m.epoch,
+                )
+            )
+        self._deliveries = []
+        self._unwritten.clear()
+
+    def write(self, conn: Any) -> None:
+        self._serialise_journal()
+        cur = conn.cursor()
+        if self.inserts:
+            cur.executemany(
+                "INSERT INTO journal(id, cell, sender, envelope, body, partition, epoch) "
+                "VALUES (%s,%s,%s,%s,%s,%s,%s)",
+                self.inserts,
+            )
+        if self.acks:
+            cur.executemany("DELETE FROM journal WHERE id = %s AND cell = %s", self.acks)
+        if self.forgets:
+            cur.executemany("DELETE FROM journal WHERE seq = %s", self.forgets)
+        if self.logs:
+            cur.executemany(
+                "INSERT INTO message_log(id, trace_id, parent_message_id, correlation_id, ttl, "
+                "from_path, to_path, reply_to, headers, body_kind, body_payload, created_at) "
+                "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                self.logs,
+            )
+        if self.letters:
+            cur.executemany(
+                "INSERT INTO dead_letters(sender_path, original_target, resolved_target, "
+                "error_code, trace_id, created_at, message_json, detail, message_id) "
+                "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                self.letters,
+            )
+        if self.registry:
+            cur.executemany(
+                "INSERT INTO registry(path, cell_id, cell_type, status, created_at, updated_at) "
+                "VALUES (%s,%s,%s,%s,%s,%s) ON CONFLICT (path) DO UPDATE SET "
+                "cell_id = excluded.cell_id, cell_type = excluded.cell_type, "
+                "status = excluded.status, updated_at = excluded.updated_at",
+                self.registry,
+            )
+        for partition in sorted(self.wake):
+            cur.execute("SELECT pg_notify(%s, %s)", (CLAIM_CHANNEL, str(partition)))
+
+
+def _run_cell_sql(piece: Execute, conn: Any) -> None:
+    """:meth:`Execute.run` on a psycopg connection: the work in a savepoint, its own failure
+    undone and handed to the cell, the storage's passed on."""
+    conn.execute("SAVEPOINT cell_sql")
+    try:
+        result = piece.work(conn)
+    except Exception as exc:
+        if storage_failure(exc) or conn.closed or conn.broken:
+            raise
+        conn.execute("ROLLBACK TO SAVEPOINT cell_sql")
+        conn.execute("RELEASE SAVEPOINT cell_sql")
+        piece.executed(None, exc)
+        return
+    conn.execute("RELEASE SAVEPOINT cell_sql")
+    piece.executed(result, None)
+
+
+def pg_trouble(exc: BaseException) -> bool:
+    """The database or the way to it failed (retry the batch), not what was written."""
+    # psycopg's OperationalError covers a lost connection, a server shutting down, and the
+    # transaction rollbacks (deadlock detected, serialisation failure).
+    return isinstance(exc, psycopg.OperationalError | OSError) or storage_failure(exc)
+
+
+class PgWriter(Writer):
+    """The colony writer on a psycopg connection (autocommit mode: the transactions are the
+    writer's own ``BEGIN``/``COMMIT``). It reconnects before a batch when the connection broke:
+    an outage of the server is an outage of the storage, retried until it ends."""
+
+    def __init__(self, dsn: str, node: str, items: Any) -> None:
+        self.dsn = dsn
+        self.node = node
+        super().__init__(None, items)
+        self._epochs: dict[int, int] = {}
+
+    def _connection(self) -> Any:
+        conn = self.conn
+        if conn is None or conn.closed or conn.broken:
+            with contextlib.suppress(Exception):
+                if conn is not None:
+                    conn.close()
+            self.conn = None
+            self.conn = conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=5)
+        return conn
+
+    def _begin(self) -> None:
+        conn = self._connection()
+        conn.execute("BEGIN")
+        self._epochs = dict(
+            conn.execute(
+                "SELECT partition, epoch FROM cluster_partitions WHERE owner = %s FOR SHARE",
+                (self.node,),
+            ).fetchall()
+        )
+
+    def _rows(self) -> Rows:
+        return PgRows(self._epochs)
+
+    def _trouble(self, exc: BaseException) -> bool:
+        return pg_trouble(exc)
+
+    def _rollback(self) -> None:
+        conn = self.conn
+        if conn is None or conn.closed:
+            return
+        with contextlib.suppress(Exception):
+            if conn.info.transaction_status != TransactionStatus.IDLE:
+                conn.execute("ROLLBACK")
+
+    def _commit(self, work: list[Piece]) -> None:
+        try:
+            self._connection()
+        except Exception as exc:
+            self._defer(work, exc)
+            return
+        super()._commit(work)
+
+    def _reject(self, piece: Piece, exc: BaseException) -> None:
+        if isinstance(exc, UnitFenced):
+            return  # nothing of it is written: the partition's owner has the message
+        super()._reject(piece, exc)
+
+    def _report_rejected(self, piece: Piece, exc: BaseException) -> None:
+        if isinstance(exc, UnitFenced) and isinstance(piece, Commit):
+            self.rejected -= 1  # counted by _isolate as rejected; a fenced unit is not
+            unit = piece.unit
+            self._event(
+                "unit_fenced",
+                error=str(exc),
+                cell=unit.ack[1] if unit.ack else None,
+                message_id=unit.message.id if unit.message else None,
+                trace_id=unit.message.trace_id if unit.message else None,
+                detail="this node lost the partition's lease while handling the message; "
+                "nothing of the hand-off was written and the partition's new owner runs the "
+                "message again from the journal",
+            )
+            piece.done(exc)
+            return
+        super()._report_rejected(piece, exc)
+
+    def _probe(self) -> None:
+        try:
+            conn = self._connection()
+            conn.execute(
+                "INSERT INTO meta(key, value) VALUES ('writer_probe', %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (str(time.time()),),
+            )
+        except Exception as exc:
+            self._rollback()
+            self.storage_error = exc
+            return
+        self._committed((0, 0))

@@ -1,0 +1,201 @@
+"""The cluster database on a real PostgreSQL: units, the partition fence, leases, claims.
+
+Each test has a schema of its own (``pg_schema``); two "nodes" are two handles on it in one
+process, which is all the database can tell apart (the daemons' processes are the e2e tests').
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import psycopg
+import pytest
+
+from colony.effects import Delivery, LogRow
+from colony.envelope import Envelope, source_message
+from colony.persist.items import Unit
+from colony.persist.pg.db import PgDb
+from colony.persist.pg.ownership import Ownership
+from colony.persist.pg.writer import CLAIM_CHANNEL, UnitFenced
+from tests.pg import PgSchema
+
+P = 4
+
+
+def message(partition: int, epoch: int | None, text: str = "hi") -> Envelope:
+    m = source_message("/cell", {"text": text})
+    m.partition, m.epoch = partition, epoch
+    return m
+
+
+def delivery(m: Envelope, cell: str = "/cell") -> Unit:
+    return Unit(deliveries=[Delivery(cell, m, "/")], logs=[LogRow(m, "/", cell, m.ttl)])
+
+
+@asynccontextmanager
+async def node(
+    schema: PgSchema, name: str, lease_ms: int = 10_000
+) -> AsyncIterator[tuple[PgDb, Ownership]]:
+    db = await asyncio.to_thread(PgDb, schema.dsn, name, P)
+    owner = Ownership(schema.dsn, name, P, lease_ms)
+    try:
+        yield db, owner
+    finally:
+        await owner.stop()
+        await asyncio.to_thread(db.close)
+
+
+def select(schema: PgSchema, sql: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(schema.dsn, autocommit=True) as conn:
+        return conn.execute(sql).fetchall()
+
+
+async def test_a_hand_off_commits_its_ack_deliveries_and_log_rows_together(
+    pg_schema: PgSchema,
+) -> None:
+    async with node(pg_schema, "a") as (db, owner):
+        changes = await owner.tick()
+        assert changes.gained == dict.fromkeys(range(P), 1)
+        first = message(2, 1)
+        await db.commit(delivery(first))
+        assert select(pg_schema, "SELECT id, partition, epoch FROM journal") == [(first.id, 2, 1)]
+        follow = message(2, 1, "next")
+        await db.commit(
+            Unit(
+                ack=(first.id, "/cell"),
+                message=first,
+                deliveries=[Delivery("/other", follow, "/cell")],
+                logs=[LogRow(follow, "/cell", "/other", follow.ttl)],
+            )
+        )
+        assert select(pg_schema, "SELECT id, cell FROM journal") == [(follow.id, "/other")]
+        assert [r[0] for r in select(pg_schema, "SELECT id FROM message_log ORDER BY seq")] == [
+            first.id,
+            follow.id,
+        ]
+        log = await db.message_log(first.trace_id)
+        assert [e.to_path for e in log] == ["/cell"]
+
+
+async def test_an_ingress_key_is_taken_once_whichever_node_takes_it(pg_schema: PgSchema) -> None:
+    async with node(pg_schema, "a") as (a, _), node(pg_schema, "b") as (b, _):
+        units = [Unit(key="update-7", deliveries=[Delivery("/c", message(0, None), "/")])]
+        units.append(Unit(key="update-7", deliveries=[Delivery("/c", message(0, None), "/")]))
+        await asyncio.gather(a.commit(units[0]), b.commit(units[1]))
+        assert sorted(u.duplicate for u in units) == [False, True]
+        assert select(pg_schema, "SELECT count(*) FROM journal") == [(1,)]
+
+
+async def test_a_unit_made_under_an_ended_epoch_writes_nothing_and_the_rest_commits(
+    pg_schema: PgSchema,
+) -> None:
+    events: list[tuple[str, dict[str, object]]] = []
+    async with node(pg_schema, "a", lease_ms=1000) as (a, owner_a):
+        a.listen(lambda name, fields: events.append((name, fields)))
+        await owner_a.tick()
+        held = message(1, owner_a.owned[1])
+        await a.commit(delivery(held))
+        # a is paused past its lease: b takes every partition over (epoch + 1)
+        await asyncio.sleep(1.2)
+        async with node(pg_schema, "b", lease_ms=1000) as (_, owner_b):
+            gained = await owner_b.tick()
+            assert gained.gained == dict.fromkeys(range(P), 2)
+            late = message(1, 1, "late")
+            stale = Unit(
+                ack=(held.id, "/cell"),
+                message=held,
+                deliveries=[Delivery("/next", late, "/cell")],
+                logs=[LogRow(late, "/cell", "/next", late.ttl)],
+            )
+            other = delivery(message(3, None, "for b"))
+            results = await asyncio.gather(a.commit(stale), a.commit(other), return_exceptions=True)
+            assert isinstance(results[0], UnitFenced)
+            assert results[1] is None
+            # the held message is still journalled for b to run; the late hand-off left nothing
+            rows = select(pg_schema, "SELECT id, epoch FROM journal ORDER BY seq")
+            assert rows == [(held.id, 1), (other.deliveries[0].message.id, None)]
+            assert select(
+                pg_schema, f"SELECT count(*) FROM message_log WHERE id = '{late.id}'"
+            ) == [(0,)]
+            assert select(pg_schema, "SELECT count(*) FROM dead_letters") == [(0,)]
+            assert [name for name, _ in events if name == "unit_fenced"] == ["unit_fenced"]
+            # and a, waking, learns it lost them all
+            lost = await owner_a.tick()
+            assert lost.lost == set(range(P))
+            assert owner_a.owned == {}
+
+
+async def test_a_joining_node_gets_partitions_only_by_drain(pg_schema: PgSchema) -> None:
+    async with node(pg_schema, "a") as (_, a):
+        await a.tick()
+        assert len(a.owned) == P
+        async with node(pg_schema, "b") as (_, b):
+            first = await b.tick()
+            assert first.gained == {}  # nothing is taken from a live owner
+            changes = await a.tick()
+            assert len(changes.drain) == P // 2
+            assert set(a.owned) == set(range(P))  # still a's until drained
+            for partition in changes.drain:
+                await a.release(partition)
+            gained = await b.tick()
+            assert set(gained.gained) == changes.drain
+            assert all(epoch == 2 for epoch in gained.gained.values())
+            assert set(a.owned).isdisjoint(b.owned)
+
+
+async def test_a_delivery_into_another_nodes_partition_is_left_unclaimed_and_wakes_it(
+    pg_schema: PgSchema,
+) -> None:
+    async with node(pg_schema, "a") as (_, owner_a), node(pg_schema, "b") as (b, _):
+        await owner_a.tick()
+        listener = await psycopg.AsyncConnection.connect(pg_schema.dsn, autocommit=True)
+        try:
+            await listener.execute(f"LISTEN {CLAIM_CHANNEL}")
+            await b.commit(delivery(message(3, None)))
+            gen = listener.notifies(timeout=5, stop_after=1)
+            woken = [n.payload async for n in gen]
+        finally:
+            await listener.close()
+        assert woken == ["3"]
+        assert select(pg_schema, "SELECT partition, epoch FROM journal") == [(3, None)]
+
+
+async def test_a_leader_lease_moves_when_its_holder_stops_renewing(pg_schema: PgSchema) -> None:
+    async with (
+        node(pg_schema, "a", lease_ms=1000) as (_, a),
+        node(pg_schema, "b", lease_ms=1000) as (_, b),
+    ):
+        assert await a.lead("proxy:/telegram")
+        assert not await b.lead("proxy:/telegram")
+        await asyncio.sleep(1.2)
+        assert await b.lead("proxy:/telegram")
+        assert b.leading["proxy:/telegram"] == 2
+        assert not await a.lead("proxy:/telegram")
+
+
+async def test_the_writer_reconnects_when_the_server_drops_its_connection(
+    pg_schema: PgSchema,
+) -> None:
+    events: list[str] = []
+    async with node(pg_schema, "a") as (db, owner):
+        db.listen(lambda name, _fields: events.append(name))
+        await owner.tick()
+        await db.commit(delivery(message(0, owner.owned[0])))
+        with psycopg.connect(pg_schema.server, autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s AND pid <> pg_backend_pid()",
+                (pg_schema.name,),
+            ).fetchall()
+        assert killed
+        await owner.tick()  # the lease connection reconnects too
+        await asyncio.wait_for(db.commit(delivery(message(0, owner.owned[0]))), 10)
+        assert select(pg_schema, "SELECT count(*) FROM journal") == [(2,)]
+
+
+def test_a_second_colony_shape_is_refused_with_the_number_to_use(pg_schema: PgSchema) -> None:
+    PgDb(pg_schema.dsn, "a", P).close()
+    with pytest.raises(Exception, match=f"set cluster.partitions to {P}"):
+        PgDb(pg_schema.dsn, "a", P * 2)
