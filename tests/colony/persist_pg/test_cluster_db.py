@@ -199,3 +199,27 @@ def test_a_second_colony_shape_is_refused_with_the_number_to_use(pg_schema: PgSc
     PgDb(pg_schema.dsn, "a", P).close()
     with pytest.raises(Exception, match=f"set cluster.partitions to {P}"):
         PgDb(pg_schema.dsn, "a", P * 2)
+
+
+async def test_the_owner_claims_unclaimed_and_stale_rows_in_journal_order(
+    pg_schema: PgSchema,
+) -> None:
+    from colony.persist.pg.claims import claim
+
+    async with node(pg_schema, "a", lease_ms=1000) as (a, owner_a):
+        await owner_a.tick()
+        mine = message(2, owner_a.owned[2], "a's own")
+        await a.commit(delivery(mine))
+        await a.commit(delivery(message(2, None, "from elsewhere")))
+        await asyncio.sleep(1.2)  # a paused past its lease
+        async with node(pg_schema, "b", lease_ms=1000) as (_, owner_b):
+            gained = await owner_b.tick()
+            conn = await psycopg.AsyncConnection.connect(pg_schema.dsn, autocommit=True)
+            try:
+                entries = await claim(conn, "b", 2, gained.gained[2])
+                assert [e.message.body["text"] for e in entries] == ["a's own", "from elsewhere"]
+                assert {(e.message.partition, e.message.epoch) for e in entries} == {(2, 2)}
+                assert await claim(conn, "b", 2, gained.gained[2]) == []  # claimed once
+                assert await claim(conn, "a", 2, 1) == []  # a's ownership ended: no claim
+            finally:
+                await conn.close()
