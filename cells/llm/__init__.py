@@ -8,14 +8,14 @@ from typing import Any
 from cells.llm.cell import LlmCell
 from cells.llm.dialects import dialect_for
 from cells.llm.dialects.base import TranslateError, tool_from_leaf
-from cells.llm.params import LlmParams, backstop_floor_ms, unknown_keys
+from cells.llm.params import LlmParams, backstop_floor_ms, transcript_problems, unknown_keys
 from cells.llm.state import SystemSeedError, read_system_seed
 from colony.cell import CellClass, CellType, ParamProblem, pydantic_check
 from colony.jsonwire import loads
 
 
 def _check_folder(params: LlmParams, folder: Path | None) -> list[ParamProblem]:
-    problems = unknown_keys(params, folder)
+    problems = unknown_keys(params, folder) + transcript_problems(params)
     seed = folder / "seed" / "system.jsonl" if folder is not None else None
     if seed is not None and seed.is_file():
         try:

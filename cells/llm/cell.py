@@ -25,7 +25,7 @@ from cells.llm.dialects import dialect_for
 from cells.llm.dialects.base import JsonObject as _Json
 from cells.llm.dialects.base import ReplyError, Tool, TranslateError, tool_from_leaf
 from cells.llm.loop import LoopError, LoopRequest, TurnResult, parse_request, run_turn
-from cells.llm.params import LlmParams, overlay
+from cells.llm.params import LlmParams, overlay, transcript_dsn
 from cells.llm.state import LlmState
 from cells.llm.system import GateError, PromptError, check_gate, parse_write, prompt_of, tools_of
 from cells.llm.transcript import MemoryStore, SqliteStore, TranscriptStore
@@ -80,10 +80,14 @@ class LlmCell:
             elif kind == "sqlite":
                 db = ":memory:" if self.folder is None else self.folder / "cell.db"
                 self._store = SqliteStore(db)
-            else:
+            elif kind == "redis":
                 from cells.llm.transcript.redis import RedisStore
 
                 self._store = RedisStore(self.params.transcript.redis.url)
+            else:
+                from cells.llm.transcript.postgres import PostgresStore
+
+                self._store = PostgresStore(transcript_dsn(self.params.transcript) or "")
         return self._store
 
     # -- one message --------------------------------------------------------------------

@@ -6,6 +6,8 @@ naming the closest known key, because a misspelt ``max_token`` silently keeps th
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -31,15 +33,40 @@ class RedisParams(BaseModel):
     url: str = "redis://127.0.0.1:6379/0"
 
 
+PG_DSN_VARIABLE = "LLM_TRANSCRIPT_PG_DSN"
+"""The daemon's environment variable a ``postgres`` transcript store falls back to."""
+
+
+class PostgresParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    dsn: str = ""
+    """A libpq connection string or URL, usually ``"${COLONY_PG_DSN}"``; empty: see
+    :func:`transcript_dsn`."""
+
+
 class TranscriptParams(BaseModel):
     """Where loop turns keep their conversations."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    store: Literal["memory", "sqlite", "redis"] = "memory"
+    store: Literal["memory", "sqlite", "redis", "postgres"] = "memory"
     """``memory``: one process; ``sqlite``: the cell's cell.db (survives restarts);
-    ``redis``: any number of replicas."""
+    ``redis`` and ``postgres``: any number of replicas."""
     redis: RedisParams = Field(default_factory=RedisParams)
+    postgres: PostgresParams = Field(default_factory=PostgresParams)
+
+
+def transcript_dsn(
+    params: TranscriptParams,
+    cluster_dsn: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> str | None:
+    """The DSN of a ``postgres`` transcript store: ``postgres.dsn`` when set, else the colony
+    cluster's DSN (when the colony has one), else :data:`PG_DSN_VARIABLE` from the daemon's
+    environment (not the ``.env`` file: write ``"dsn": "${VAR}"`` for that). None: no DSN."""
+    env = os.environ if environ is None else environ
+    return params.postgres.dsn or cluster_dsn or env.get(PG_DSN_VARIABLE) or None
 
 
 class LlmParams(BaseModel):
@@ -108,6 +135,24 @@ MUTABLE = frozenset(
 
 def unknown_keys(params: LlmParams, folder: Path | None) -> list[ParamProblem]:
     return [ignored_key(key, KNOWN) for key in params.model_extra or {}]
+
+
+def transcript_problems(params: LlmParams, cluster_dsn: str | None = None) -> list[ParamProblem]:
+    """A ``postgres`` store with no DSN anywhere: refused before anything starts, not at the
+    first loop turn (which would answer 503 until the daemon is restarted with one)."""
+    transcript = params.transcript
+    if transcript.store != "postgres" or transcript_dsn(transcript, cluster_dsn) is not None:
+        return []
+    return [
+        ParamProblem(
+            ("transcript", "postgres", "dsn"),
+            "transcript_dsn_missing",
+            "the postgres transcript store has no DSN: params.transcript.postgres.dsn is not "
+            f"set and {PG_DSN_VARIABLE} is not in the environment",
+            'set "transcript": {"store": "postgres", "postgres": {"dsn": "${COLONY_PG_DSN}"}} '
+            f"(any variable), or export {PG_DSN_VARIABLE} for the daemon.",
+        )
+    ]
 
 
 def overlay(params: LlmParams, update: dict[str, Any]) -> LlmParams:

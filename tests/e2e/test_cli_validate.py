@@ -343,6 +343,46 @@ def test_an_unknown_llm_param_is_a_warning_naming_the_closest_key(make_tree: Tre
     assert meclaw("--root", str(root), "--validate-strict").exit_code == 1
 
 
+def test_a_postgres_transcript_store_without_any_dsn_fails_validate(
+    make_tree: TreeFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LLM_TRANSCRIPT_PG_DSN", raising=False)
+    root = make_tree(with_cell(cell("llm", {"model": "m", "transcript": {"store": "postgres"}})))
+    result = meclaw("--root", str(root), "--validate", "--format", "json")
+    assert result.exit_code == 1
+    [d] = json.loads(result.stdout)["diagnostics"]
+    assert (d["severity"], d["code"], d["path"]) == (
+        "error",
+        "transcript_dsn_missing",
+        "params.transcript.postgres.dsn",
+    )
+    assert "LLM_TRANSCRIPT_PG_DSN" in d["message"]
+    assert '"${COLONY_PG_DSN}"' in d["hint"]
+
+
+@pytest.mark.parametrize(
+    ("postgres", "environ"),
+    [
+        ({"dsn": "${MECLAW_TEST_PG_DSN}"}, {"MECLAW_TEST_PG_DSN": "postgresql://db/x"}),
+        ({}, {"LLM_TRANSCRIPT_PG_DSN": "postgresql://db/x"}),
+    ],
+    ids=["a dsn param from a variable", "the environment fallback"],
+)
+def test_a_postgres_transcript_store_with_a_dsn_validates_without_connecting(
+    make_tree: TreeFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    postgres: dict[str, str],
+    environ: dict[str, str],
+) -> None:
+    monkeypatch.delenv("LLM_TRANSCRIPT_PG_DSN", raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    transcript = {"store": "postgres", "postgres": postgres}
+    root = make_tree(with_cell(cell("llm", {"model": "m", "transcript": transcript})))
+    result = meclaw("--root", str(root), "--validate")
+    assert result.exit_code == 0, result.stderr
+
+
 def test_meclaws_bash_stand_ins_with_params_command_validate_and_fail_only_under_strict() -> None:
     # Shaped like meclaw's gh81 remind-lane fixture: bash cells carrying a params.command the
     # bash cell does not read, and a params.marker filled from .env.
@@ -450,6 +490,7 @@ DOCUMENTED_CODES = [
     "root_is_a_node",
     "runner_missing",
     "colony_db_unusable",
+    "transcript_dsn_missing",
 ]
 
 

@@ -1,11 +1,12 @@
 """Two replicas answering the same loop turn: exactly one wins.
 
-Two :class:`LlmCell` instances — two replicas, each with its own Redis client and its own
-:class:`RedisStore` — share one Redis and one scripted Anthropic server. After turn 1, both
-submit turn 1's results at once. Both read turn 1 and call the model; the single-key Lua
-compare-and-set lets exactly one write turn 2, so one reply is a 200 and the other a 409, and
-the record holds exactly one continuation. Fifty times, on a shared ``fakeredis.FakeServer``
-always and on a live Redis when one answers (skipped loudly otherwise).
+Two :class:`LlmCell` instances — two replicas, each with a store and a connection of its own —
+share one backing store and one scripted Anthropic server. After turn 1, both submit turn 1's
+results at once. Both read turn 1 and call the model; the compare-and-set (Redis: a single-key
+Lua script; PostgreSQL: a row locked ``FOR UPDATE``) lets exactly one write turn 2, so one reply
+is a 200 and the other a 409, and the record holds exactly one continuation. Fifty times, on a
+shared ``fakeredis.FakeServer`` always, on a live Redis when one answers (skipped loudly
+otherwise) and on PostgreSQL in a schema of the test's own.
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import fakeredis
+import psycopg
 import pytest
 import redis.asyncio as redis_asyncio
 
 from cells.llm.cell import LlmCell
-from cells.llm.transcript.redis import RedisStore
+from cells.llm.transcript import TranscriptStore
+from cells.llm.transcript.postgres import TABLE, PostgresStore
+from cells.llm.transcript.redis import RedisStore, key
 from colony.testing import spec_for
 from scripted import ScriptedAnthropic, anthropic_tool_use
 from tests.cells.llm.test_loop_vectors import LIVE_URL, send, skip_without_live_redis
@@ -40,14 +44,27 @@ TOOLS = [
 
 @dataclasses.dataclass
 class Backend:
-    """One Redis, and how to give a replica its own client on it."""
+    """One backing store, how a replica gets a store of its own on it (its params, or a store
+    made here), and how to read a conversation's stored turn and record behind their backs."""
 
     name: str
-    client: Callable[[], Any]
+    transcript: dict[str, Any]
+    store: Callable[[], TranscriptStore] | None
     inspector: Any
 
+    async def stored(self, conversation: str) -> tuple[str, str]:
+        if self.name == "postgres":
+            cursor = await self.inspector.execute(
+                f"SELECT turn::text, record FROM {TABLE} WHERE conversation = %s", (conversation,)
+            )
+            row = await cursor.fetchone()
+            assert row is not None, f"no row for {conversation}"
+            return row[0], row[1]
+        raw = await self.inspector.hgetall(key(conversation))
+        return raw["turn"], raw["record"]
 
-@pytest.fixture(params=("fakeredis", "redis-live"))
+
+@pytest.fixture(params=("fakeredis", "redis-live", "postgres"))
 async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
     if request.param == "fakeredis":
         server = fakeredis.FakeServer()
@@ -55,21 +72,33 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
         def fake() -> Any:
             return fakeredis.FakeAsyncRedis(server=server, decode_responses=True)
 
-        made = Backend("fakeredis", fake, fake())
+        made = Backend(
+            "fakeredis",
+            {"store": "redis"},
+            lambda: RedisStore("redis://replica", client=fake()),
+            fake(),
+        )
+    elif request.param == "postgres":
+        dsn = request.getfixturevalue("pg_schema").dsn
+        inspector = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        made = Backend("postgres", {"store": "postgres", "postgres": {"dsn": dsn}}, None, inspector)
     else:
         skip_without_live_redis()
 
         def live() -> Any:
             return redis_asyncio.Redis.from_url(LIVE_URL, decode_responses=True)
 
-        made = Backend("redis-live", live, live())
+        made = Backend("redis-live", {"store": "redis", "redis": {"url": LIVE_URL}}, None, live())
         await made.inspector.flushdb()
     try:
         yield made
     finally:
-        if made.name == "redis-live":
-            await made.inspector.flushdb()
-        await made.inspector.aclose()
+        if made.name == "postgres":
+            await made.inspector.close()
+        else:
+            if made.name == "redis-live":
+                await made.inspector.flushdb()
+            await made.inspector.aclose()
 
 
 def replica(backend: Backend, url: str, folder: Path, path: str) -> LlmCell:
@@ -79,11 +108,15 @@ def replica(backend: Backend, url: str, folder: Path, path: str) -> LlmCell:
         "api_key": "sk-test-replicas",
         "base_url": url,
         "max_retries": 0,
-        "transcript": {"store": "redis"},
+        "transcript": backend.transcript,
     }
     folder.mkdir(parents=True, exist_ok=True)
     cell = LlmCell(dataclasses.replace(spec_for(path, params), folder=folder))
-    cell._store = RedisStore("redis://replica", client=backend.client())
+    if backend.store is not None:
+        cell._store = backend.store()
+    assert isinstance(
+        cell.transcript(), PostgresStore if backend.name == "postgres" else RedisStore
+    )
     return cell
 
 
@@ -135,9 +168,9 @@ async def test_two_replicas_answering_the_same_turn_make_one_continuation(
                 assert winner["header"]["turn"] == 2
                 assert winner["header"]["conversation"] == conversation
 
-                raw = await backend.inspector.hgetall(f"transcript:{{{conversation}}}")
-                assert raw["turn"] == "2"
-                stored = json.loads(raw["record"])
+                turn, text = await backend.stored(conversation)
+                assert turn == "2"
+                stored = json.loads(text)
                 assert stored["turn"] == 2
                 assert stored["state"] == "open"
                 assert stored["pending"] == [c["id"] for c in winner["calls"]]

@@ -4,7 +4,7 @@ on every transcript store.
 A case boots the real :class:`~cells.llm.cell.LlmCell` (one or more "replicas") against a
 scripted provider server on 127.0.0.1 serving the case's scripts in order, sends each step's
 body as a message, and checks the emission, what the provider was sent and what the store holds.
-The four legs differ only in the transcript store:
+The five legs differ only in the transcript store:
 
 * ``memory`` — the cell's own in-process store;
 * ``sqlite`` — the cell's own store in its ``cell.db`` (a temporary cell folder);
@@ -13,6 +13,9 @@ The four legs differ only in the transcript store:
 * ``redis-live`` — a real server at ``LLM_TRANSCRIPT_REDIS_URL`` (default
   ``redis://127.0.0.1:6379/15``, flushed per test), the cell building its own store from
   ``params.transcript.redis.url``. Without a server the leg is skipped with a loud reason.
+* ``postgres`` — a real PostgreSQL, a fresh schema per test (the ``pg_schema`` fixture), the
+  cell building its own store from ``params.transcript.postgres.dsn``. Without a server the leg
+  skips loudly (fails under CI).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import fakeredis
+import psycopg
 import pytest
 import redis
 import redis.asyncio as redis_asyncio
@@ -41,16 +45,18 @@ import scripted
 from cells.llm import cell as cell_module
 from cells.llm.cell import LlmCell
 from cells.llm.transcript import MemoryStore, Record, SqliteStore, TranscriptStore
+from cells.llm.transcript.postgres import TABLE, PostgresStore
 from cells.llm.transcript.redis import RedisStore, key
 from colony.envelope import Envelope, Headers
 from colony.ids import uuid7
 from colony.testing import spec_for
 from scripted import ScriptedServer, ScriptItem, Status
 from tests.conftest import FIXTURES
+from tests.pg import PgSchema
 
 VECTORS = FIXTURES / "vectors" / "llm-loop-vectors.json"
 DOC: dict[str, Any] = json.loads(VECTORS.read_text(encoding="utf-8"))
-STORES = ("memory", "sqlite", "fakeredis", "redis-live")
+STORES = ("memory", "sqlite", "fakeredis", "redis-live", "postgres")
 LIVE_URL = os.environ.get("LLM_TRANSCRIPT_REDIS_URL", "redis://127.0.0.1:6379/15")
 EXPIRY_TOLERANCE_S = 5
 """How far below the expected expiry a store's remaining time may be when checked."""
@@ -101,12 +107,40 @@ def skip_without_live_redis() -> None:
         )
 
 
-def dead_redis_url() -> str:
-    """A URL where nothing listens (a port just bound and released)."""
+def free_port() -> int:
+    """A loopback port where nothing listens (just bound and released)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"redis://127.0.0.1:{port}/15"
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def dead_redis_url() -> str:
+    """A URL where nothing listens."""
+    return f"redis://127.0.0.1:{free_port()}/15"
+
+
+def dead_pg_dsn() -> str:
+    """A PostgreSQL DSN where nothing listens."""
+    return f"postgresql://postgres@127.0.0.1:{free_port()}/test"
+
+
+async def pg_expiry(conn: psycopg.AsyncConnection[Any], conversation: str) -> float | None:
+    """Seconds before a PostgreSQL record expires, or None (no row, or no table yet)."""
+    if not await pg_table_exists(conn):
+        return None
+    cursor = await conn.execute(
+        f"SELECT extract(epoch FROM expires_at - now()) FROM {TABLE} WHERE conversation = %s",
+        (conversation,),
+    )
+    row = await cursor.fetchone()
+    return None if row is None else float(row[0])
+
+
+async def pg_table_exists(conn: psycopg.AsyncConnection[Any]) -> bool:
+    cursor = await conn.execute("SELECT to_regclass(%s) IS NOT NULL", (TABLE,))
+    row = await cursor.fetchone()
+    return bool(row and row[0])
 
 
 # -- one leg: how the cells get their store and how the test looks inside it -------------------
@@ -115,9 +149,11 @@ def dead_redis_url() -> str:
 class Leg:
     """Builds the cells of one case on one store kind and inspects that store."""
 
-    def __init__(self, kind: str, folder: Path) -> None:
+    def __init__(self, kind: str, folder: Path, pg: PgSchema | None = None) -> None:
         self.kind = kind
         self.folder = folder
+        self.pg = pg
+        """The test's PostgreSQL schema (the ``postgres`` leg only)."""
         self.db = folder / "cell" / "cell.db"
         self.path = f"/vectors/brain-{uuid.uuid4().hex[:12]}"
         """Unique per test, so the process-wide memory store of this path starts empty."""
@@ -133,23 +169,33 @@ class Leg:
     async def start(self) -> None:
         if self.kind == "redis-live":
             await self.inspector.flushdb()
+        elif self.kind == "postgres":
+            assert self.pg is not None
+            self.inspector = await psycopg.AsyncConnection.connect(self.pg.dsn, autocommit=True)
 
     async def close(self) -> None:
         if self.inspector is not None:
-            if self.kind == "redis-live" and live_redis_problem() is None:
-                await self.inspector.flushdb()
-            await self.inspector.aclose()
+            if self.kind == "postgres":
+                await self.inspector.close()
+            else:
+                if self.kind == "redis-live" and live_redis_problem() is None:
+                    await self.inspector.flushdb()
+                await self.inspector.aclose()
         cell_module._MEMORY_STORES.pop(self.path, None)
 
     def transcript_params(self) -> dict[str, Any]:
         if self.kind in ("memory", "sqlite"):
             return {"store": self.kind}
+        if self.kind == "postgres":
+            assert self.pg is not None
+            return {"store": "postgres", "postgres": {"dsn": self.pg.dsn}}
         return {"store": "redis", "redis": {"url": LIVE_URL}}
 
     def cell(self, params: dict[str, Any]) -> LlmCell:
         """One replica. Replicas share the cell folder (the same cell.db, so the same system
         slots) and the store's backing (the memory store of this path, the sqlite file, the
-        Redis), each Redis replica through a client of its own."""
+        Redis, the PostgreSQL schema), each replica through a client or connection of its
+        own."""
         self.db.parent.mkdir(parents=True, exist_ok=True)
         spec = dataclasses.replace(
             spec_for(self.path, {**params, "transcript": self.transcript_params()}),
@@ -175,6 +221,10 @@ class Leg:
             for each in cells:
                 await each.transcript().close()
                 each._store = RedisStore(dead_redis_url())
+        elif self.kind == "postgres":
+            for each in cells:
+                await each.transcript().close()
+                each._store = PostgresStore(dead_pg_dsn())
         else:  # pragma: no cover - the vector file keeps such cases off the memory leg
             raise AssertionError("an in-process store cannot be taken down")
 
@@ -191,6 +241,15 @@ class Leg:
                     "SELECT count(*) FROM transcript WHERE expires_at > ?", (time.time(),)
                 ).fetchone()
             return int(row[0])
+        if self.kind == "postgres":
+            if not await pg_table_exists(self.inspector):
+                return 0
+            cursor = await self.inspector.execute(
+                f"SELECT count(*) FROM {TABLE} WHERE expires_at > now()"
+            )
+            counted = await cursor.fetchone()
+            assert counted is not None
+            return int(counted[0])
         return len([k async for k in self.inspector.scan_iter(match="transcript:*")])
 
     async def expiry(self, store: TranscriptStore, conversation: str) -> float | None:
@@ -204,6 +263,8 @@ class Leg:
                     "SELECT expires_at FROM transcript WHERE conversation = ?", (conversation,)
                 ).fetchone()
             return None if row is None else float(row[0]) - time.time()
+        if self.kind == "postgres":
+            return await pg_expiry(self.inspector, conversation)
         left = await self.inspector.pttl(key(conversation))
         return None if left < 0 else left / 1000
 
@@ -492,8 +553,8 @@ async def run_step(run: Run, number: int, step: dict[str, Any]) -> None:
     else:
         assert "request" not in expect, f"step {number} expects a request but none was sent"
     if step.get("store_down"):
-        assert run.leg.kind in ("sqlite", "redis-live", "fakeredis")
-        store_name = "sqlite" if run.leg.kind == "sqlite" else "redis"
+        assert run.leg.kind in ("sqlite", "redis-live", "fakeredis", "postgres")
+        store_name = run.leg.kind if run.leg.kind in ("sqlite", "postgres") else "redis"
         assert f"unreachable - {store_name}" in content.get("error", ""), content
         return  # nothing more can be read from a store that is down
     header = content["header"]
@@ -509,10 +570,10 @@ async def run_step(run: Run, number: int, step: dict[str, Any]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def leg_for(kind: str, folder: Path) -> AsyncIterator[Leg]:
+async def leg_for(kind: str, folder: Path, pg: PgSchema | None = None) -> AsyncIterator[Leg]:
     if kind == "redis-live":
         skip_without_live_redis()
-    leg = Leg(kind, folder)
+    leg = Leg(kind, folder, pg)
     try:
         await leg.start()
         yield leg
@@ -520,10 +581,12 @@ async def leg_for(kind: str, folder: Path) -> AsyncIterator[Leg]:
         await leg.close()
 
 
-async def run_case(kind: str, case: dict[str, Any], folder: Path) -> None:
+async def run_case(
+    kind: str, case: dict[str, Any], folder: Path, pg: PgSchema | None = None
+) -> None:
     provider = case.get("provider", "anthropic")
     script = [script_item(item) for step in case["steps"] for item in step.get("script", [])]
-    async with leg_for(kind, folder) as leg, SERVERS[provider](script) as server:
+    async with leg_for(kind, folder, pg) as leg, SERVERS[provider](script) as server:
         params = {
             "provider": provider,
             "model": DEFAULT_MODELS[provider],
@@ -559,9 +622,10 @@ def _cases() -> list[Any]:
 
 @pytest.mark.parametrize(("kind", "case"), _cases())
 async def test_the_loop_vector_holds_on_this_store(
-    kind: str, case: dict[str, Any], tmp_path: Path
+    kind: str, case: dict[str, Any], tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    await run_case(kind, case, tmp_path)
+    pg = request.getfixturevalue("pg_schema") if kind == "postgres" else None
+    await run_case(kind, case, tmp_path, pg)
 
 
 # -- the file itself ----------------------------------------------------------------------------

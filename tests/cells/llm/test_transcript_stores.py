@@ -5,7 +5,8 @@ turn is ``expected_turn`` (0: the record must not exist), deletes it when ``expi
 ``record`` is None, and sets the expiry on every write; reads never extend it. On Redis the
 record is one hash ``transcript:{id}`` (fields ``turn`` and ``record``) written by a single-key
 Lua script. The live-Redis leg needs a server at ``LLM_TRANSCRIPT_REDIS_URL`` and is skipped
-loudly without one.
+loudly without one. On PostgreSQL the record is one row of ``llm_transcript`` in the test's own
+schema (the ``pg_schema`` fixture), written by a locking transaction.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import fakeredis
+import psycopg
 import pytest
 import redis.asyncio as redis_asyncio
 
@@ -32,10 +34,18 @@ from cells.llm.transcript import (
     TranscriptStore,
     WriteOutcome,
 )
+from cells.llm.transcript.postgres import PostgresStore
 from cells.llm.transcript.redis import CAS, RedisStore, key
-from tests.cells.llm.test_loop_vectors import LIVE_URL, dead_redis_url, skip_without_live_redis
+from tests.cells.llm.test_loop_vectors import (
+    LIVE_URL,
+    dead_pg_dsn,
+    dead_redis_url,
+    pg_expiry,
+    skip_without_live_redis,
+)
+from tests.pg import PgSchema
 
-KINDS = ("memory", "sqlite", "fakeredis", "redis-live")
+KINDS = ("memory", "sqlite", "fakeredis", "redis-live", "postgres")
 REDIS_KINDS = ("fakeredis", "redis-live")
 TOLERANCE_S = 3
 
@@ -43,17 +53,21 @@ TOLERANCE_S = 3
 class Harness:
     """One store plus a way to look behind it."""
 
-    def __init__(self, kind: str, tmp_path: Path) -> None:
+    def __init__(self, kind: str, tmp_path: Path, pg: PgSchema | None = None) -> None:
         self.kind = kind
+        self.pg = pg
         self.db = tmp_path / "cell.db"
         self.server: fakeredis.FakeServer | None = None
         self.client: Any = None
-        """An inspecting Redis client (not the store's own)."""
+        """An inspecting Redis client or PostgreSQL connection (not the store's own)."""
         self.store: TranscriptStore
         if kind == "memory":
             self.store = MemoryStore()
         elif kind == "sqlite":
             self.store = SqliteStore(self.db)
+        elif kind == "postgres":
+            assert pg is not None
+            self.store = PostgresStore(pg.dsn)
         elif kind == "fakeredis":
             self.server = fakeredis.FakeServer()
             self.client = fakeredis.FakeAsyncRedis(server=self.server, decode_responses=True)
@@ -73,6 +87,8 @@ class Harness:
                     "SELECT expires_at FROM transcript WHERE conversation = ?", (conversation,)
                 ).fetchone()
             return None if row is None else float(row[0]) - time.time()
+        if self.kind == "postgres":
+            return await pg_expiry(self.client, conversation)
         left = await self.client.pttl(key(conversation))
         return None if left < 0 else left / 1000
 
@@ -81,34 +97,47 @@ class Harness:
             self.store._conn.close()
         elif self.server is not None:
             self.server.connected = False
+        elif self.kind == "postgres":
+            await self.store.close()
+            self.store = PostgresStore(dead_pg_dsn())
         else:
             await self.store.close()
             self.store = RedisStore(dead_redis_url())
 
     async def close(self) -> None:
         await self.store.close()
-        if self.client is not None:
+        if self.kind == "postgres":
+            await self.client.close()
+        elif self.client is not None:
             if self.kind == "redis-live":
                 await self.client.flushdb()
             await self.client.aclose()
 
 
 @contextlib.asynccontextmanager
-async def harness(kind: str, tmp_path: Path) -> AsyncIterator[Harness]:
+async def harness(kind: str, tmp_path: Path, pg: PgSchema | None = None) -> AsyncIterator[Harness]:
     if kind == "redis-live":
         skip_without_live_redis()
-    made = Harness(kind, tmp_path)
+    made = Harness(kind, tmp_path, pg)
     try:
         if made.kind == "redis-live":
             await made.client.flushdb()
+        elif made.kind == "postgres":
+            assert pg is not None
+            made.client = await psycopg.AsyncConnection.connect(pg.dsn, autocommit=True)
         yield made
     finally:
         await made.close()
 
 
+def pg_for(request: pytest.FixtureRequest) -> PgSchema | None:
+    """The test's own PostgreSQL schema when the parameter is the postgres kind."""
+    return request.getfixturevalue("pg_schema") if request.param == "postgres" else None
+
+
 @pytest.fixture(params=KINDS)
 async def h(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Harness]:
-    async with harness(request.param, tmp_path) as made:
+    async with harness(request.param, tmp_path, pg_for(request)) as made:
         yield made
 
 
@@ -118,10 +147,10 @@ async def r(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Har
         yield made
 
 
-@pytest.fixture(params=("sqlite", *REDIS_KINDS))
+@pytest.fixture(params=("sqlite", *REDIS_KINDS, "postgres"))
 async def fallible(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Harness]:
     """The stores that can be unreachable (an in-process dict cannot)."""
-    async with harness(request.param, tmp_path) as made:
+    async with harness(request.param, tmp_path, pg_for(request)) as made:
         yield made
 
 
@@ -253,7 +282,7 @@ async def test_two_connections_to_one_sqlite_file_share_the_compare_and_set(
 async def test_an_unreachable_store_raises_store_unavailable_naming_it(fallible: Harness) -> None:
     await fallible.store.write(CONV, 0, record(1), 60)
     await fallible.take_down()
-    name = "sqlite" if fallible.kind == "sqlite" else "redis"
+    name = fallible.kind if fallible.kind in ("sqlite", "postgres") else "redis"
     with pytest.raises(StoreUnavailableError, match=f"LLM transcript store unreachable - {name}"):
         await fallible.store.read(CONV)
     with pytest.raises(StoreUnavailableError, match=f"LLM transcript store unreachable - {name}"):
