@@ -21,10 +21,11 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from colony.activity import active_cells
 from colony.cell import CellSpec, CellType
+from colony.celltables import TablesHost
 from colony.colony import Colony
 from colony.config.loader import ColonyTree
 from colony.config.models import CellBlock, Contract
@@ -32,9 +33,13 @@ from colony.edges import EdgeTable, compile_edge
 from colony.expressions import Engine, default_engine
 from colony.gc_pause import gc_paused
 from colony.observability import Logger
+from colony.persist.backend import Backend
 from colony.persist.celltables import ColonyTablesHost
 from colony.persist.db import ColonyDb
-from colony.persist.records import read_registry
+from colony.persist.records import RegistryRow, read_registry
+
+if TYPE_CHECKING:
+    from colony.cluster.member import Member
 
 Prepare = Callable[[Iterable[tuple[str, Any]]], Awaitable[None]]
 """Readies the cell types a tree uses, given ``(type, params)`` of every cell (the code
@@ -65,18 +70,21 @@ async def open_colony(
     engine: Engine | None = None,
     log_messages: bool = True,
     on_phase: Callable[[str], None] | None = None,
+    node: str | None = None,
 ) -> AsyncIterator[Colony]:
     """Boot ``tree`` and yield the running colony; stop it, and everything it started, when
     the block ends. Raises :class:`colony.errors.BootError` (a cell type cannot start) and
     :class:`colony.persist.schema.ColonyDbError` (``colony.db`` cannot be opened) before
     anything runs. ``on_phase`` is told as each boot phase ends (``prepare``, ``wire``,
-    ``start``): what the boot benchmark times."""
+    ``start``): what the boot benchmark times. ``node`` names this daemon in a cluster
+    (``colony.json`` ``cluster``: the colony's database is the cluster's, and this node runs
+    the conversations of the partitions it owns)."""
     phase = on_phase or _ignore
     try:
         if prepare is not None:
             await prepare((node.type, node.config.params) for node in tree.cells.values())
         phase("prepare")
-        db = ColonyDb(tree.root / "colony.db")
+        db, member = _database(tree, node, log)
         try:
             colony = wire(
                 tree,
@@ -86,6 +94,7 @@ async def open_colony(
                 extra=extra,
                 engine=engine,
                 log_messages=log_messages,
+                cluster=member,
             )
             phase("wire")
             async with asyncio.TaskGroup() as group:
@@ -93,13 +102,22 @@ async def open_colony(
                 def spawn(work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
                     return group.create_task(work, name=name)
 
+                membership: asyncio.Task[None] | None = None
                 try:
                     with gc_paused():
                         await colony.start(spawn)
+                    if member is not None:
+                        from colony.cluster.carrier import ColonyCarrier
+
+                        membership = spawn(member.run(ColonyCarrier(colony)), "cluster member")
                     phase("start")
                     yield colony
                 finally:
+                    if membership is not None:
+                        membership.cancel()
                     await colony.stop()
+                    if member is not None:
+                        await member.stop()
         finally:
             db.close()
     finally:
@@ -111,16 +129,32 @@ def _ignore(phase: str) -> None:
     pass
 
 
+def _database(tree: ColonyTree, node: str | None, log: Logger) -> tuple[Backend, Member | None]:
+    """``colony.db`` beside the tree, or, with a ``cluster`` block, the cluster's database and
+    this node's membership (imported only then: psycopg is the ``cluster`` extra's)."""
+    cluster = tree.colony.cluster
+    if cluster is None:
+        return ColonyDb(tree.root / "colony.db"), None
+    from colony.cluster.member import Member
+    from colony.cluster.node import default_node_name
+    from colony.persist.pg.db import PgDb
+
+    name = node or default_node_name()
+    db = PgDb(cluster.dsn, name, cluster.partitions)
+    return db, Member(cluster, cluster.dsn, name, log.bind(node=name))
+
+
 @gc_paused()  # everything made here lives as long as the colony
 def wire(
     tree: ColonyTree,
     cell_types: Mapping[str, CellType],
     *,
-    db: ColonyDb,
+    db: Backend,
     log: Logger,
     extra: Sequence[ExtraCell] = (),
     engine: Engine | None = None,
     log_messages: bool = True,
+    cluster: Member | None = None,
 ) -> Colony:
     """Wire a loaded tree into a colony. An edge endpoint that names nothing is no refusal
     (the loader warned about it, as ``--validate`` does): what is routed there is
@@ -135,12 +169,12 @@ def wire(
         db=db,
         log=log,
         log_messages=log_messages,
+        cluster=cluster,
     )
     activity = active_cells(
         list(tree.cells), tree.hives, ((d.from_path, d.to_path) for d in tree.edges)
     )
-    registry = read_registry(db.path)  # ids kept across boots, and who failed before
-    tables = ColonyTablesHost(db)
+    registry, tables = _registry_and_tables(db)
     for node in tree.cells.values():
         spec = CellSpec(
             path=node.path,
@@ -167,3 +201,15 @@ def wire(
         )
         colony.add(spec, cell.cell_type, True, registry)
     return colony
+
+
+def _registry_and_tables(db: Backend) -> tuple[Mapping[str, RegistryRow], TablesHost]:
+    """The registry (ids kept across boots, and who failed before) and where cells keep
+    their tables, on the colony's backend."""
+    if isinstance(db, ColonyDb):
+        return read_registry(db.path), ColonyTablesHost(db)
+    from colony.persist.pg.db import PgDb
+    from colony.persist.pg.tables import PgTablesHost
+
+    assert isinstance(db, PgDb)
+    return db.registry(), PgTablesHost(db)

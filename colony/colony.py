@@ -20,6 +20,7 @@ import asyncio
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from colony import reads
 from colony.admission import Refusal, admit
@@ -36,13 +37,17 @@ from colony.observability import Logger
 from colony.outcome import Outcome
 from colony.overflow import JournalOverflow, MemoryOverflow
 from colony.persist import health
-from colony.persist.db import ColonyDb
+from colony.persist.backend import Backend
 from colony.persist.escape import storable_text
 from colony.persist.records import RegistryRow
+from colony.persist.writer import UnitFenced
 from colony.post import Post
 from colony.routing import READ_REPLY_SENDER, RoutingTable, route, route_outcome
 from colony.runner import CellRunner, Spawn
 from colony.watchdog import WaitGraph, Watchdog, mailbox_probes
+
+if TYPE_CHECKING:
+    from colony.cluster.member import Member
 
 
 class Colony:
@@ -55,11 +60,14 @@ class Colony:
         config: ColonyConfig,
         edges: EdgeTable,
         hives: frozenset[str],
-        db: ColonyDb,
+        db: Backend,
         log: Logger,
         log_messages: bool = True,
+        cluster: Member | None = None,
     ) -> None:
         self.root = root
+        self.cluster = cluster
+        """This node's share of a cluster (``colony.json`` ``cluster``), None alone."""
         self.config = config
         self.db = db
         self.log = log
@@ -130,13 +138,14 @@ class Colony:
         row = registry.get(storable_text(spec.path))  # as the registry stores the path
         capacity = spec.cell.mailbox_size or self.config.mailbox_default_capacity
         overflow = (
-            JournalOverflow(self.db.path, spec.path, self.spilled)
-            if self.journal.durable
+            JournalOverflow(self.db.path, spec.path, self.spilled)  # type: ignore[attr-defined]
+            if self.journal.durable and self.cluster is None  # (a cluster's: in memory)
             else MemoryOverflow(self.queued)
         )
         limit = self.config.mailbox_max_bytes or None
         mailbox = MemoryMailbox(capacity, max_bytes=limit, gauge=self.queued, overflow=overflow)
-        if cell_type.runs_ahead is not None and cell_type.runs_ahead(spec):
+        ahead = cell_type.runs_ahead is not None and cell_type.runs_ahead(spec)
+        if ahead and self.cluster is None:  # a cluster's units wait for their fence
             self.journal.ahead[spec.path] = mailbox
         runner = CellRunner(
             self,
@@ -160,7 +169,9 @@ class Colony:
         """Take back what the journal holds, then start every cell, the storage watch and the
         watchdog as tasks of ``spawn``'s group."""
         self.db.listen(health.reporter(self.log))
-        per_cell = await self.journal.redeliver(self.runners, self.log)
+        # A cluster member takes its partitions' rows as it gains them (colony.cluster.member).
+        alone = self.cluster is None
+        per_cell = await self.journal.redeliver(self.runners, self.log) if alone else {}
         self.redelivered = sum(per_cell.values())
         self.in_flight.add(self.redelivered)
         for runner in self.runners.values():
@@ -196,25 +207,8 @@ class Colony:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for runner in self.runners.values():
             await runner.stop()
-        if queued and self.at_least_once:
-            self.log.info(
-                "shutdown_kept_messages",
-                queued=queued,
-                detail="queued messages stay in the journal and are delivered at the next boot",
-            )
-        elif queued:
-            self.log.warning("shutdown_dropped_messages", queued=queued)
         await self.db.flush()
-        stats = self.db.statistics()
-        if stats.unavailable is not None:
-            self.log.error(
-                "shutdown_storage_unavailable",
-                error=stats.unavailable,
-                kept=stats.kept,
-                detail="colony.db could not be written at shutdown; the writer tries once more, "
-                "and handled messages whose effects were not committed run again at the next "
-                "boot",
-            )
+        health.shutdown_report(self.log, self.db.statistics(), queued, self.at_least_once)
         self.log.info("colony_stopped", decisions=self.decisions, dead_letters=self.dead_lettered)
 
     def _trip(self, detail: str) -> None:
@@ -247,6 +241,8 @@ class Colony:
         dead-lettered ``unstorable``): in both cases nothing was delivered."""
         self.in_flight.add()
         try:
+            if self.cluster is not None:
+                self.cluster.assign(message)
             fx = route(self.table, sender, message)
             return await self._apply(
                 fx, key=key, message=message, fail_fast=True, wait=not self.at_least_once
@@ -277,6 +273,10 @@ class Colony:
         message's removal from the journal (``message`` None: a long-running cell's own
         emissions, one unit, committed before this returns so the cell may acknowledge its
         outside source)."""
+        cluster = self.cluster
+        if cluster is not None and message is not None and not cluster.holds(message):
+            cluster.dropped(runner.path, message)  # another node owns it now
+            return
         try:
             fx = route_outcome(self.table, runner.emitter, message, outcome)
         except Exception as exc:  # a bug in routing: say so, keep the cell alive
@@ -289,6 +289,9 @@ class Colony:
                 traceback="".join(traceback.format_exception(exc)).rstrip(),
             )
             fx = Effects()
+        if cluster is not None and message is None:  # new conversations: each its partition
+            for delivery in fx.deliveries:
+                cluster.assign(delivery.message)
         ack = None if message is None else Ack(message.id, runner.path)
         # A cell's own emissions (no handled message) may wait for room, as an ingress does:
         # the cell's I/O loop waits, never its handler, so no cycle can close on it.
@@ -321,15 +324,19 @@ class Colony:
             for read in asked:
                 reply = await reads.answer(self, read.endpoint, read.message)
                 fx.extend(route(self.table, READ_REPLY_SENDER, reply))
-        result = await self.journal.commit(
-            fx, ack=ack, key=key, message=message, fail_fast=fail_fast
-        )
+        try:
+            result = await self.journal.commit(
+                fx, ack=ack, key=key, message=message, fail_fast=fail_fast
+            )
+        except UnitFenced:  # (the writer logged it) the partition moved to another node
+            return False
         if result == "duplicate":
             self.log.info("ingress_duplicate", key=key, detail="this key was taken in before")
         if result != "applied":
             return False
         for delivery in fx.deliveries:
-            await self.post.deliver(delivery, wait=wait)
+            if delivery.message.epoch is not None:  # None: another node's, to claim
+                await self.post.deliver(delivery, wait=wait)
         if fx.egress:
             assert self._egress is not None  # routing egresses only when it is set
             for leaving in fx.egress:

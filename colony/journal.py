@@ -40,6 +40,7 @@ from colony.effects import Effects
 from colony.envelope import Envelope
 from colony.mailbox import HasMailbox, Mailbox, message_bytes
 from colony.observability import Logger
+from colony.persist.backend import Backend
 from colony.persist.db import ColonyDb, UnitRejected
 from colony.persist.escape import storable_text
 from colony.persist.items import Unit
@@ -74,7 +75,7 @@ class Ack:
 class Journal:
     """Commits hand-offs into ``colony.db`` (see the module docstring)."""
 
-    def __init__(self, db: ColonyDb, *, durable: bool) -> None:
+    def __init__(self, db: Backend, *, durable: bool) -> None:
         self.db = db
         self.durable = durable
         """At-least-once delivery: deliveries are journal rows, committed before they are put."""
@@ -161,6 +162,7 @@ class Journal:
         dead-lettered."""
         if not self.durable:
             return {}
+        assert isinstance(self.db, ColonyDb)  # a cluster's node claims per partition instead
         snapshot = await asyncio.to_thread(self.db.journal)
         if not snapshot.cells:
             return {}

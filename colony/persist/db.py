@@ -101,6 +101,8 @@ class DbStatistics:
 class ColonyDb:
     """``<root>/colony.db``: one writer thread, read connections on demand."""
 
+    dialect = "sqlite"
+
     def __init__(self, path: Path) -> None:
         self.path = path
         conn = open_for_writing(path)  # ColonyDbError names the file, the problem, the fix

@@ -10,7 +10,8 @@ import sys
 from typing import Any
 
 from colony.observability import Logger
-from colony.persist.db import ColonyDb
+from colony.persist.backend import Backend
+from colony.persist.db import DbStatistics
 from colony.persist.writer import Event
 
 CHECK_S = 1.0
@@ -45,7 +46,7 @@ def _logged(log: Logger, event: str, fields: dict[str, Any]) -> None:
         say(f"colony.db cannot be written ({fields.get('error')}); ingress is refused")
 
 
-async def watch_file(db: ColonyDb, log: Logger) -> None:
+async def watch_file(db: Backend, log: Logger) -> None:
     """Notice ``colony.db`` deleted or replaced under the running daemon; say it once."""
     while True:
         await asyncio.sleep(CHECK_S)
@@ -53,3 +54,25 @@ async def watch_file(db: ColonyDb, log: Logger) -> None:
         if lost is not None:
             log.error("colony_db_lost", error=lost)
             say(lost)
+
+
+def shutdown_report(log: Logger, stats: DbStatistics, queued: int, durable: bool) -> None:
+    """What a stopping colony leaves behind: queued messages kept in the journal for the next
+    boot (at-least-once) or dropped (at-most-once), and writes the storage refused."""
+    if queued and durable:
+        log.info(
+            "shutdown_kept_messages",
+            queued=queued,
+            detail="queued messages stay in the journal and are delivered at the next boot",
+        )
+    elif queued:
+        log.warning("shutdown_dropped_messages", queued=queued)
+    if stats.unavailable is not None:
+        log.error(
+            "shutdown_storage_unavailable",
+            error=stats.unavailable,
+            kept=stats.kept,
+            detail="colony.db could not be written at shutdown; the writer tries once more, "
+            "and handled messages whose effects were not committed run again at the next "
+            "boot",
+        )

@@ -66,6 +66,14 @@ class StorageUnavailable(PersistenceError):
     code = "storage_unavailable"
 
 
+class UnitFenced(PersistenceError):
+    """The unit was made under an ownership of its partition that has ended (a cluster,
+    :mod:`colony.persist.pg.writer`): nothing of it was written, and the partition's new owner
+    runs the message again from the journal."""
+
+    code = "unit_fenced"
+
+
 class UnitRejected(PersistenceError):
     """This unit alone cannot be stored; its message was dead-lettered ``unstorable``."""
 

@@ -25,7 +25,7 @@ from colony.persist.db import DbStatistics, _completion, _ignore, _result
 from colony.persist.items import Commit, Execute, Fence, Forget, Item, Registry, Stop, Unit
 from colony.persist.pg import schema
 from colony.persist.pg.writer import PgWriter
-from colony.persist.records import DeadLetterRow, MessageLogEntry, log_entry
+from colony.persist.records import DeadLetterRow, MessageLogEntry, RegistryRow, log_entry
 from colony.persist.rows import describe
 from colony.persist.schema import MESSAGE_LOG_SELECT
 from colony.persist.writer import Event, StorageUnavailable
@@ -146,6 +146,13 @@ class PgDb:
     def _select(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
             return conn.execute(sql, tuple(args)).fetchall()
+
+    def registry(self) -> dict[str, RegistryRow]:
+        """Every registry row by cell path (blocking: read at boot)."""
+        rows = self._select(
+            "SELECT path, cell_id, cell_type, status, updated_at FROM registry ORDER BY path"
+        )
+        return {r[0]: RegistryRow(*r) for r in rows}
 
     async def message_log(self, trace_id: str | None = None) -> list[MessageLogEntry]:
         await self.flush()

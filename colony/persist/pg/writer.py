@@ -30,17 +30,10 @@ from colony.celltables import storage_failure
 from colony.persist.escape import storable_json, storable_text
 from colony.persist.items import Commit, Execute, Piece, Unit
 from colony.persist.rows import Rows
-from colony.persist.writer import PersistenceError, Writer
+from colony.persist.writer import UnitFenced, Writer
 
 CLAIM_CHANNEL = "colony_claim"
 """LISTEN/NOTIFY channel: the payload is a partition that has unclaimed journal rows."""
-
-
-class UnitFenced(PersistenceError):
-    """The unit was made under an ownership of its partition that has ended: nothing of it was
-    written (the partition's new owner runs the message again from the journal)."""
-
-    code = "unit_fenced"
 
 
 def fence_pairs(unit: Unit) -> set[tuple[int, int]]:

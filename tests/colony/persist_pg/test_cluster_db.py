@@ -18,7 +18,8 @@ from colony.envelope import Envelope, source_message
 from colony.persist.items import Unit
 from colony.persist.pg.db import PgDb
 from colony.persist.pg.ownership import Ownership
-from colony.persist.pg.writer import CLAIM_CHANNEL, UnitFenced
+from colony.persist.pg.writer import CLAIM_CHANNEL
+from colony.persist.writer import UnitFenced
 from tests.pg import PgSchema
 
 P = 4

@@ -1,0 +1,237 @@
+"""This daemon as one member of a cluster: which conversations it runs, and taking them over.
+
+The kernel asks three things of it:
+
+* :meth:`Member.assign` at ingress (and for a long-running cell's own emissions): the
+  message's partition, from ``cluster.partition_by``, and the epoch this node owns it under,
+  or None when another node owns it (the delivery is then journalled unclaimed and its owner
+  woken: it is never handled here);
+* :meth:`Member.holds` before a hand-off is committed: a message whose partition this node
+  lost since it took the message in is dropped here (the journal keeps it for the new owner);
+* :meth:`Member.run`, a task: renew the leases every third of ``lease_ms``, claim the journal
+  rows of partitions gained (boot redelivery, per partition) or of those a ``NOTIFY`` names,
+  drain and hand back the partitions past this node's fair share.
+
+What the writer's fence adds: even a hand-off that passed :meth:`holds` is refused if the
+partition moved before it committed (:mod:`colony.persist.pg.writer`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Protocol
+
+import psycopg
+from colony.cluster.partition import partition_key, partition_of
+
+from colony.config.models import ClusterConfig
+from colony.dead_letters import DeadLetterCode
+from colony.effects import Delivery, Effects
+from colony.envelope import Envelope
+from colony.observability import Logger
+from colony.persist.journal import JournalEntry
+from colony.persist.pg.claims import claim
+from colony.persist.pg.ownership import Ownership
+from colony.persist.pg.writer import CLAIM_CHANNEL
+from colony.routing import dead_letter
+
+DRAIN_MAX_LEASES = 3
+"""A partition being handed back is released after this many leases even if a chain in it is
+still running (a conversation that never pauses must not pin it): what is left runs again on
+the new owner, from the journal."""
+
+
+class Carrier(Protocol):
+    """What a member needs of the colony to deliver claimed messages."""
+
+    def deliverable(self, cell: str) -> bool:
+        """The cell exists and is active (else the claimed message is dead-lettered)."""
+        ...
+
+    async def deliver_claimed(self, delivery: Delivery) -> None: ...
+
+    async def dead_letter_claimed(self, entry: JournalEntry, fx: Effects) -> None: ...
+
+
+class Member:
+    """One node's share of the cluster (see the module docstring)."""
+
+    def __init__(self, config: ClusterConfig, dsn: str, node: str, log: Logger) -> None:
+        self.config = config
+        self.dsn = dsn
+        self.node = node
+        self.log = log
+        self.partitions = config.partitions
+        self.ownership = Ownership(dsn, node, config.partitions, config.lease_ms)
+        self.owned = self.ownership.owned
+        """Partition → epoch: shared with :attr:`ownership`, which keeps it current."""
+        self._draining_since: dict[int, float] = {}
+        self._wanted: set[int] = set()
+        self._wake = asyncio.Event()
+        self.claimed = 0
+        """Journal rows taken in from the database (gained partitions, other nodes' ingress)."""
+        self.fenced = 0
+
+    # -- what the kernel asks -----------------------------------------------------------------
+
+    def partition_of(self, message: Envelope) -> int:
+        key = partition_key(self.config.partition_by, message.trace_id, message.headers.context)
+        return partition_of(key, self.partitions)
+
+    def assign(self, message: Envelope) -> None:
+        """Set the partition and epoch of a message that starts a conversation here."""
+        partition = self.partition_of(message)
+        message.partition = partition
+        draining = partition in self.ownership.draining
+        message.epoch = None if draining else self.owned.get(partition)
+
+    def holds(self, message: Envelope) -> bool:
+        """This node still owns the message's partition under the epoch it took it in."""
+        epoch = message.epoch
+        return epoch is not None and self.owned.get(message.partition) == epoch
+
+    def dropped(self, cell: str, message: Envelope) -> None:
+        """A hand-off of a partition this node lost was not committed (nor carried out)."""
+        self.fenced += 1
+        self.log.warning(
+            "hand_off_dropped",
+            node=self.node,
+            cell=cell,
+            message_id=message.id,
+            trace_id=message.trace_id,
+            partition=message.partition,
+            detail="this node no longer owns the conversation's partition; the hand-off was "
+            "not committed and the partition's owner runs the message from the journal",
+        )
+
+    # -- the task -----------------------------------------------------------------------------
+
+    async def run(self, carrier: Carrier) -> None:
+        """Leases, claims and drains until cancelled; then hands everything back."""
+        listener = asyncio.create_task(self._listen(), name="cluster listen")
+        period = self.config.lease_ms / 3000
+        try:
+            while True:
+                try:
+                    await self._round(carrier)
+                except (psycopg.Error, OSError) as exc:
+                    self.log.warning(
+                        "cluster_round_failed",
+                        node=self.node,
+                        error=f"{type(exc).__name__}: {exc}",
+                        detail="the cluster database did not answer a lease round; this node "
+                        "tries again, and loses its partitions if its lease runs out meanwhile",
+                    )
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), period)
+        finally:
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
+
+    async def stop(self) -> None:
+        """Hand every partition back at once (a clean stop: no one waits for a lease)."""
+        with contextlib.suppress(psycopg.Error, OSError):
+            await self.ownership.stop()
+
+    async def _round(self, carrier: Carrier) -> None:
+        changes = await self.ownership.tick()
+        if changes.lost:
+            self.log.warning(
+                "partitions_lost",
+                node=self.node,
+                partitions=sorted(changes.lost),
+                detail="another node owns these conversations now (this node missed its "
+                "lease); what it still holds of them is dropped, the new owner runs them from "
+                "the journal",
+            )
+        if changes.gained:
+            self.log.info("partitions_gained", node=self.node, partitions=sorted(changes.gained))
+        now = time.monotonic()
+        for partition in changes.drain:
+            self._draining_since[partition] = now
+        for partition in list(self._draining_since):
+            await self._drain(partition, now)
+        wanted = set(changes.gained) | {p for p in self._wanted if p in self.owned}
+        self._wanted.clear()
+        # Every round also sweeps every owned partition: a NOTIFY sent while this node was
+        # not listening (reconnecting) is not lost, only later.
+        for partition in sorted(wanted | set(self.owned)):
+            await self._claim(carrier, partition)
+
+    async def _claim(self, carrier: Carrier, partition: int) -> None:
+        epoch = self.owned.get(partition)
+        if epoch is None or partition in self.ownership.draining:
+            return
+        conn = await self.ownership._connection()
+        entries = await claim(conn, self.node, partition, epoch)
+        if not entries:
+            return
+        self.claimed += len(entries)
+        for entry in entries:
+            if carrier.deliverable(entry.cell):
+                await carrier.deliver_claimed(Delivery(entry.cell, entry.message, entry.sender))
+            else:
+                fx = Effects()
+                dead_letter(
+                    fx,
+                    DeadLetterCode.UNRESOLVED_PATH,
+                    entry.sender,
+                    entry.message.target,
+                    entry.cell,
+                    entry.message,
+                    "the journal held this message for a cell that is not in this node's tree "
+                    "or not active",
+                )
+                await carrier.dead_letter_claimed(entry, fx)
+
+    async def _drain(self, partition: int, now: float) -> None:
+        """Release a partition being handed back once none of its messages is journalled
+        under this node's epoch (nothing of it in a mailbox or a cell), or after
+        :data:`DRAIN_MAX_LEASES` leases."""
+        epoch = self.owned.get(partition)
+        if epoch is None:
+            self._draining_since.pop(partition, None)
+            return
+        conn = await self.ownership._connection()
+        cur = await conn.execute(
+            "SELECT count(*) FROM journal WHERE partition = %s AND epoch = %s", (partition, epoch)
+        )
+        row = await cur.fetchone()
+        busy = int(row[0]) if row else 0
+        overdue = now - self._draining_since[partition] > DRAIN_MAX_LEASES * (
+            self.config.lease_ms / 1000
+        )
+        if busy and not overdue:
+            return
+        await self.ownership.release(partition, epoch)
+        self._draining_since.pop(partition, None)
+        self.log.info(
+            "partition_handed_back",
+            node=self.node,
+            partition=partition,
+            in_flight=busy,
+            detail="drained for a node that joined"
+            if not busy
+            else "released with messages still in flight: the new owner runs them again",
+        )
+
+    async def _listen(self) -> None:
+        """Wake the round when another node journals a message for a partition owned here."""
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    self.dsn, autocommit=True, connect_timeout=5
+                )
+                async with conn:
+                    await conn.execute(f"LISTEN {CLAIM_CHANNEL}")
+                    async for note in conn.notifies():
+                        with contextlib.suppress(ValueError):
+                            partition = int(note.payload)
+                            if partition in self.owned:
+                                self._wanted.add(partition)
+                                self._wake.set()
+            except (psycopg.Error, OSError):
+                await asyncio.sleep(self.config.lease_ms / 3000)

@@ -1,0 +1,80 @@
+"""Cells' tables in the cluster database: :class:`colony.celltables.CellTables` on PostgreSQL.
+
+As on SQLite (:mod:`colony.persist.celltables`), a write is an
+:class:`~colony.persist.items.Execute` on the writer's queue, run inside the transaction that
+will carry the hand-off answering it; a read waits for the cell's last write to be committed,
+then runs on a connection of the cell's own, in a thread (a read is a round trip to the server,
+which the event loop must not wait for).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, TypeVar
+
+import psycopg
+
+from colony.celltables import CellTables, Work, table_name
+from colony.persist.celltables import COMMIT_POLL_S, _WriteCommitted
+from colony.persist.pg.db import PgDb
+from colony.persist.writer import StorageUnavailable
+
+T = TypeVar("T")
+
+
+class PgTables(CellTables):
+    """One cell's tables in the cluster database."""
+
+    dialect = "postgres"
+
+    def __init__(self, db: PgDb, cell_path: str) -> None:
+        self.db = db
+        self.prefix = table_name(cell_path, "")
+        self._last: _WriteCommitted | None = None
+        self._reader: psycopg.Connection[Any] | None = None
+
+    async def write(self, work: Work[T], *, ack: tuple[str, str] | None = None) -> T:
+        self._last = last = _WriteCommitted()
+        return await self.db.execute(work, ack, last)
+
+    async def committed(self) -> None:
+        last = self._last
+        if last is None:
+            return
+        while not last.settled:
+            if self.db.closed:
+                raise StorageUnavailable("the cluster database closed before this write committed")
+            await self.db.flush()
+            if not last.settled:
+                await asyncio.sleep(COMMIT_POLL_S)
+        self._last = None
+        if last.error is not None:
+            raise last.error
+
+    async def read(self, work: Work[T]) -> T:
+        if self._last is not None:
+            await self.committed()
+        return await asyncio.to_thread(self._read, work)
+
+    def _read(self, work: Work[T]) -> T:
+        conn = self._reader
+        if conn is None or conn.closed or conn.broken:
+            conn = self._reader = psycopg.connect(self.db.dsn, autocommit=True, connect_timeout=5)
+        return work(conn)  # type: ignore[arg-type]  # a psycopg connection: dialect "postgres"
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            with contextlib.suppress(Exception):
+                self._reader.close()
+            self._reader = None
+
+
+class PgTablesHost:
+    """What a cell spec carries in a cluster: the cluster database, for cells' tables."""
+
+    def __init__(self, db: PgDb) -> None:
+        self.db = db
+
+    def tables(self, cell_path: str) -> CellTables:
+        return PgTables(self.db, cell_path)
