@@ -19,6 +19,10 @@
     │   └── UnitRejected        … this unit alone cannot be stored
     ├── ReadFailed              ``colony.db`` could not be read (colony.reads)
     ├── LeaseHeldError          another daemon holds the root (colony.lease)
+    ├── DsnProblem              a ``cluster.dsn`` libpq would not parse; also a ValueError
+    │                           (colony.cluster.dsn)
+    ├── PartitionPathError      a ``cluster.partition_by`` that cannot be read; also a
+    │                           ValueError (colony.cluster.partition)
     ├── UnknownCellError        no cell at this path; also a LookupError (colony.operations)
     ├── QueryError              a filter of a read that cannot be read; also a ValueError
     │                           (colony.queries)

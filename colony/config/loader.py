@@ -255,7 +255,15 @@ def _read_json(file: Path, out: _FileDiagnostics) -> Any:
     return UNREAD
 
 
-def load_colony_config(root: Path, out: list[Diagnostic]) -> ColonyConfig | None:
+_SUBSTITUTED_COLONY_KEYS = ("cluster",)
+"""The keys of ``colony.json`` whose strings are ``${VAR}``-substituted. meclaw substitutes
+none of the file; ``cluster`` is ours, and its DSN holds a password that belongs in the
+environment, not in a file."""
+
+
+def load_colony_config(
+    root: Path, out: list[Diagnostic], variables: Variables
+) -> ColonyConfig | None:
     """``<root>/colony.json``, or the defaults when the file is absent."""
     file = root / "colony.json"
     if not os.path.lexists(file):
@@ -272,13 +280,38 @@ def load_colony_config(root: Path, out: list[Diagnostic]) -> ColonyConfig | None
             hint='write it as {"schema_version": 1, ...}, or delete the file to use every default.',
         )
     else:
+        part = {key: raw[key] for key in _SUBSTITUTED_COLONY_KEYS if key in raw}
+        result = substitute(part, variables) if part else Substituted(part)
+        broken = _report_substitution(result, diags)
+        doc = {**raw, **result.value}
         try:
-            config = ColonyConfig.model_validate(raw)
+            config = ColonyConfig.model_validate(doc)
         except ValidationError as exc:
-            for d in diagnostics_from(exc, ColonyConfig, file="colony.json"):
-                diags.add(d)
+            for d in diagnostics_from(
+                exc, ColonyConfig, file="colony.json", substituted=result.substituted_paths
+            ):
+                if d.path not in broken:  # its unresolved ${...} is the error, said above
+                    diags.add(d)
     out.extend(diags.sorted())
     return config
+
+
+def _report_substitution(result: Substituted, out: _FileDiagnostics) -> set[JsonPath]:
+    """Report what substitution could not do (a missing variable, a value that is not
+    text); returns the paths whose ``${...}`` was not resolved."""
+    for problem in result.problems:
+        message, hint = _substitution_text(problem.code, problem.token)
+        out.error(problem.code, message, problem.path, hint)
+    for where in sorted(result.substituted_paths, key=str):
+        if not reading.is_text(_at(result.value, where)):
+            out.error(
+                "invalid_unicode",
+                "the value a ${...} variable gives this string is not valid UTF-8 text "
+                "(the value is not shown)",
+                where,
+                "check the variable's value in the env file or the environment.",
+            )
+    return {p.path for p in result.problems}
 
 
 class _TreeLoader:
@@ -338,20 +371,8 @@ class _TreeLoader:
             )
             return
         result = substitute(raw, self.variables) if _may_substitute(out.text) else Substituted(raw)
-        for problem in result.problems:
-            message, hint = _substitution_text(problem.code, problem.token)
-            out.error(problem.code, message, problem.path, hint)
+        broken = _report_substitution(result, out)
         doc = result.value
-        for where in sorted(result.substituted_paths, key=str):
-            if not reading.is_text(_at(doc, where)):
-                out.error(
-                    "invalid_unicode",
-                    "the value a ${...} variable gives this string is not valid UTF-8 text "
-                    "(the value is not shown)",
-                    where,
-                    "check the variable's value in the env file or the environment.",
-                )
-        broken = {p.path for p in result.problems}
 
         cell = doc.get("cell")
         cell_type = cell.get("type") if isinstance(cell, dict) else None
@@ -728,7 +749,7 @@ def load_tree(
         )
     variables = Variables(file_values, environ)
 
-    colony = load_colony_config(root, diagnostics)
+    colony = load_colony_config(root, diagnostics, variables)
 
     candidates = discovery.root_candidates(root, diagnostics)
     if len(candidates) != 1:

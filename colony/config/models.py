@@ -24,6 +24,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from colony.cluster import dsn as cluster_dsn
+from colony.cluster.partition import TRACE_ID, PartitionPathError, context_keys
 from colony.ingress import MAX_TTL, MIN_TTL
 
 U32 = Annotated[int, Field(ge=0, le=2**32 - 1)]
@@ -51,6 +53,67 @@ EMITS_TYPES = ("array", "blob_uuid", "boolean", "integer", "null", "number", "ob
 """Type tokens an ``emits`` spec compiles to (JSON Schema types plus ``blob_uuid``)."""
 
 LOG_LEVELS = ("trace", "debug", "info", "warn", "warning", "error")
+
+
+PARTITIONS_MAX = 4096
+"""More partitions than any cluster has nodes times cores; each costs a lease row and a
+claim, so the bound keeps a typo (``160000``) from turning into that many rows."""
+LEASE_MS_MIN = 1_000
+"""Below a second, a pause of the event loop or a slow commit would lose a partition."""
+LEASE_MS_MAX = 3_600_000
+"""An hour: past it, the partitions of a node that died stall longer than anyone waits."""
+
+
+class ClusterConfig(BaseModel):
+    """``colony.json`` ``cluster``: several daemons serve this colony through one PostgreSQL
+    database (docs/cluster.md). Its strings are ``${VAR}``-substituted (the DSN holds a
+    password); nothing here connects."""
+
+    model_config = _CLOSED
+
+    dsn: str
+    """libpq connection string of the shared database: ``postgresql://…`` or
+    ``host=… dbname=…``. Checked for shape only, and never shown in a message."""
+    partitions: Annotated[int, Field(ge=1, le=PARTITIONS_MAX)] = 16
+    """How many slices the conversations are hashed into; each is owned by one node at a
+    time. Every node of a cluster must agree on it."""
+    lease_ms: Annotated[int, Field(ge=LEASE_MS_MIN, le=LEASE_MS_MAX)] = 10_000
+    """How long a node's claim on a partition lasts without renewal: what a dead node's
+    conversations wait before another node takes them over."""
+    partition_by: str = TRACE_ID
+    """Where a message's conversation key is read at ingress: ``trace_id``, or
+    ``context.<key>[.<key>…]`` (:mod:`colony.cluster.partition`)."""
+
+    @field_validator("dsn")
+    @classmethod
+    def _libpq_dsn(cls, value: str) -> str:
+        if not value.strip():
+            raise PydanticCustomError(
+                "cluster_dsn_empty", "cluster.dsn is empty; the cluster needs its database"
+            )
+        try:
+            cluster_dsn.check(value)
+        except cluster_dsn.DsnProblem as problem:
+            raise PydanticCustomError(
+                "cluster_dsn_invalid",
+                "cluster.dsn is not a PostgreSQL connection string: {reason} (the value is "
+                "not shown)",
+                {"reason": problem.reason, "fix": problem.fix},
+            ) from None
+        return value
+
+    @field_validator("partition_by")
+    @classmethod
+    def _readable_path(cls, value: str) -> str:
+        try:
+            context_keys(value)
+        except PartitionPathError as problem:
+            raise PydanticCustomError(
+                "cluster_partition_by_invalid",
+                "cluster.partition_by is not a path the cluster can read: {reason}",
+                {"reason": str(problem)},
+            ) from None
+        return value
 
 
 class ColonyConfig(BaseModel):
@@ -109,6 +172,8 @@ class ColonyConfig(BaseModel):
     """A request's head must arrive within this (also the keep-alive idle limit)."""
     api_body_timeout_ms: Annotated[int, Field(ge=1, le=2**32 - 1)] = 30_000
     """A request's body must arrive within this (408 otherwise)."""
+    cluster: ClusterConfig | None = None
+    """Several daemons share this colony through PostgreSQL; absent: one daemon, SQLite."""
 
     @field_validator("schema_version")
     @classmethod

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from colony.config.diagnostics import Diagnostic, Severity
+from colony.config.diagnostics import Diagnostic, Severity, format_path
 from colony.config.jsonpos import Path as JsonPath
 
 _EXPECTED = {
@@ -44,7 +44,30 @@ _HINTS = {
     "invalid_ingress_key": "keep only standard keys in contract.ingress.context.",
     "invalid_assets_dir": "name a folder directly inside the cell's folder.",
     "invalid_drain": "write the drain in one of the two forms.",
+    "cluster_dsn_empty": "set it to the database every node shares, e.g. "
+    '"dsn": "${COLONY_PG_DSN}" with COLONY_PG_DSN=postgresql://user@host:5432/dbname in the '
+    "environment or the env file.",
+    "cluster_partition_by_invalid": "write trace_id (the default) or context.<key>, e.g. "
+    "context.chat_id; nested objects as context.<key>.<key>.",
 }
+
+_MISSING_HINTS = {
+    "cluster.dsn": "add the database every node shares, e.g. "
+    '"dsn": "${COLONY_PG_DSN}" (the value from the environment or the env file).',
+}
+"""Hints for required keys whose fix is more than "add it"."""
+
+_UNKNOWN_HINTS = {
+    "cluster.node": "a node's name is its own, not the colony's: give it to each daemon as "
+    "meclaw --node NAME (default: host name and pid). ",
+}
+"""Unknown keys someone is likely to write, and where what they meant goes instead."""
+
+_SHOWS_NO_VALUE = frozenset(
+    {"cluster_dsn_empty", "cluster_dsn_invalid", "cluster_partition_by_invalid"}
+)
+"""Our errors whose sentence never quotes the value: they stay precise when a ``${VAR}`` gave
+the value (a DSN holds a password), where any other error is reported without detail."""
 
 _RANGE = {
     "greater_than_equal": "at least {ge}",
@@ -173,7 +196,7 @@ def _one(
     if kind == "extra_forbidden":
         keys = allowed_keys(model, loc[:-1])
         guess = closest(str(key), keys)
-        hint = f"did you mean '{guess}'? " if guess else ""
+        hint = _UNKNOWN_HINTS.get(format_path(path), f"did you mean '{guess}'? " if guess else "")
         hint += f"Keys allowed here: {', '.join(keys)}." if keys else "Remove the key."
         return Diagnostic(Severity.ERROR, "unknown_key", f"unknown key '{key}'", file, path, hint)
     if kind == "missing":
@@ -183,8 +206,13 @@ def _one(
             f"required key '{key}' is missing",
             file,
             path,
-            f"add '{key}'.",
+            _MISSING_HINTS.get(format_path(path), f"add '{key}'."),
         )
+    if kind in _SHOWS_NO_VALUE:
+        hint = str(ctx.get("fix") or _HINTS.get(kind, ""))
+        if tainted(path, substituted):
+            hint += " The value comes from a ${...} variable: fix it where the variable is set."
+        return Diagnostic(Severity.ERROR, kind, _sentence(error), file, path, hint or None)
     if tainted(path, substituted):
         # Never echo a value that came from a variable: it may be a secret.
         return Diagnostic(

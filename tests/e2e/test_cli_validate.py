@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -87,6 +88,32 @@ ERROR_TREES: dict[str, tuple[dict[str, Any], str]] = {
     "bad colony.json": (
         {"colony.json": {"schema_version": 7}, "main/config.json": hive()},
         "schema_version_unsupported",
+    ),
+    "cluster dsn variable unset": (
+        {"colony.json": {"cluster": {"dsn": "${MECLAW_TEST_UNSET}"}}, "main/config.json": hive()},
+        "env_var_missing",
+    ),
+    "cluster dsn empty": (
+        {"colony.json": {"cluster": {"dsn": ""}}, "main/config.json": hive()},
+        "cluster_dsn_empty",
+    ),
+    "cluster dsn of another database": (
+        {"colony.json": {"cluster": {"dsn": "mysql://h/db"}}, "main/config.json": hive()},
+        "cluster_dsn_invalid",
+    ),
+    "cluster partition_by unreadable": (
+        {
+            "colony.json": {"cluster": {"dsn": "postgresql://h/db", "partition_by": "chat_id"}},
+            "main/config.json": hive(),
+        },
+        "cluster_partition_by_invalid",
+    ),
+    "cluster lease too short": (
+        {
+            "colony.json": {"cluster": {"dsn": "postgresql://h/db", "lease_ms": 500}},
+            "main/config.json": hive(),
+        },
+        "out_of_range",
     ),
 }
 
@@ -231,6 +258,45 @@ def test_validate_creates_locks_and_writes_nothing(tmp_path: Path) -> None:
     assert meclaw("--root", str(root), "--validate").exit_code == 0
     assert meclaw("--root", str(root), "--validate-strict", "--format", "json").exit_code == 0
     assert snapshot(root) == before
+
+
+def test_validate_checks_a_cluster_block_without_connecting_to_its_database(
+    make_tree: TreeFactory,
+) -> None:
+    # A listening socket the DSN points at: validate must leave it without a single caller.
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.setblocking(False)
+        port = server.getsockname()[1]
+        dsn = f"postgresql://meclaw@127.0.0.1:{port}/colony?connect_timeout=2"
+        root = make_tree({"colony.json": {"cluster": {"dsn": dsn}}, "main/config.json": hive()})
+        result = meclaw("--root", str(root), "--validate")
+        assert result.exit_code == 0, result.stderr
+        with pytest.raises(BlockingIOError):
+            server.accept()
+    assert "valid (0 error(s), 0 warning(s))" in result.stderr
+
+
+def test_a_bad_cluster_block_is_reported_with_file_line_key_and_fix(
+    make_tree: TreeFactory,
+) -> None:
+    root = make_tree(
+        {
+            "colony.json": {"cluster": {"dsn": "${MECLAW_TEST_UNSET}", "partitions": 0}},
+            "main/config.json": hive(),
+        }
+    )
+    result = meclaw("--root", str(root), "--validate")
+    assert result.exit_code == 1
+    lines = result.stderr.splitlines()
+    assert any(
+        "colony.json:3:5:" in line
+        and "error[env_var_missing] at cluster.dsn: ${MECLAW_TEST_UNSET} has no value" in line
+        for line in lines
+    ), result.stderr
+    assert any("error[out_of_range] at cluster.partitions" in line for line in lines)
+    assert "fix: use a value at least 1." in result.stderr
 
 
 def test_meclaws_dangling_sink_fixture_shape_warns_and_fails_only_under_strict(
