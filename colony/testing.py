@@ -83,8 +83,11 @@ class ColonyHarness:
         log_messages: bool = True,
         workdir: str | Path | None = None,
         llm_base_url: str | Mapping[str, str] | None = None,
+        node: str | None = None,
     ) -> None:
         self.tree_dir = Path(tree_dir)
+        self._node = node
+        """The node's name when ``colony`` (or the tree) has a ``cluster`` block."""
         self._capture = list(capture)
         self._env = dict(env or {})
         self._colony_overrides = dict(colony or {})
@@ -134,6 +137,7 @@ class ColonyHarness:
                     release=close_shared_resources,
                     extra=extra,
                     log_messages=self._log_messages,
+                    node=self._node,
                 )
             )
         except BaseException:
