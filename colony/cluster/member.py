@@ -24,8 +24,8 @@ import time
 from typing import Protocol
 
 import psycopg
-from colony.cluster.partition import partition_key, partition_of
 
+from colony.cluster.partition import partition_key, partition_of
 from colony.config.models import ClusterConfig
 from colony.dead_letters import DeadLetterCode
 from colony.effects import Delivery, Effects

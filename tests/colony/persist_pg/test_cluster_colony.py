@@ -87,11 +87,10 @@ def _harness(tree: Path, tmp: Path, schema: PgSchema, node: str, lease_ms: int) 
     )
 
 
-async def _until(check: Any, timeout: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.05)
+async def _until(check: Any, within: float = 20.0) -> None:
+    async with asyncio.timeout(within):
+        while not check():
+            await asyncio.sleep(0.05)
 
 
 def _journal(schema: PgSchema) -> int:
