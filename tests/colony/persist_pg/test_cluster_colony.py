@@ -20,6 +20,7 @@ from colony.cell import CellClass, CellSpec, CellType
 from colony.envelope import Envelope
 from colony.testing import ColonyHarness
 from tests.pg import PgSchema
+from tests.processes import eventually
 
 P = 8
 
@@ -88,9 +89,7 @@ def _harness(tree: Path, tmp: Path, schema: PgSchema, node: str, lease_ms: int) 
 
 
 async def _until(check: Any, within: float = 20.0) -> None:
-    async with asyncio.timeout(within):
-        while not check():
-            await asyncio.sleep(0.05)
+    assert await eventually(check, within), "timed out"
 
 
 def _journal(schema: PgSchema) -> int:
