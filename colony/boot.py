@@ -186,6 +186,7 @@ def wire(
             colony=tree.colony,
             log=log.bind(cell=node.path),
             tables=tables,
+            leader=cluster,
         )
         colony.add(spec, cell_types[node.type], activity[node.path], registry)
     for cell in extra:

@@ -63,6 +63,23 @@ class CellSpec:
     tables: TablesHost | None = None
     """The colony's database, for a cell that keeps its tables there so that its writes
     commit with its hand-offs (:mod:`colony.celltables`); None outside a colony."""
+    leader: Leader | None = None
+    """In a cluster, who runs what must run once in the whole colony (a poller, a timer);
+    None for a daemon alone, which always leads."""
+
+
+class Leader(Protocol):
+    """Singleton work in a cluster: a named lease that one node holds at a time, renewed with
+    the node's partitions and taken over when its holder dies (``colony.cluster.member``)."""
+
+    async def lead(self, name: str) -> bool:
+        """Hold the lease ``name`` (take it if it is free or expired); True while held. Call
+        it again before each round of the singleton work: the lease may have moved."""
+        ...
+
+    def leads(self, name: str) -> bool:
+        """Whether this node held ``name`` at its last renewal (no round trip)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

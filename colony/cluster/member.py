@@ -65,6 +65,9 @@ class Member:
         self.log = log
         self.partitions = config.partitions
         self.ownership = Ownership(dsn, node, config.partitions, config.lease_ms)
+        self._leaders = Ownership(dsn, node, config.partitions, config.lease_ms)
+        """Leader leases on a connection of their own: cells ask at any time, and a claim's
+        transaction on the partitions' connection must not take their statements in."""
         self.owned = self.ownership.owned
         """Partition → epoch: shared with :attr:`ownership`, which keeps it current."""
         self._draining_since: dict[int, float] = {}
@@ -91,6 +94,18 @@ class Member:
         """This node still owns the message's partition under the epoch it took it in."""
         epoch = message.epoch
         return epoch is not None and self.owned.get(message.partition) == epoch
+
+    # -- leader leases (colony.cell.Leader) ---------------------------------------------------
+
+    async def lead(self, name: str) -> bool:
+        try:
+            return await self._leaders.lead(name)
+        except (psycopg.Error, OSError) as exc:
+            self.log.warning("leader_lease_failed", name=name, error=f"{type(exc).__name__}: {exc}")
+            return False
+
+    def leads(self, name: str) -> bool:
+        return name in self._leaders.leading
 
     def dropped(self, cell: str, message: Envelope) -> None:
         """A hand-off of a partition this node lost was not committed (nor carried out)."""
@@ -135,9 +150,13 @@ class Member:
         """Hand every partition back at once (a clean stop: no one waits for a lease)."""
         with contextlib.suppress(psycopg.Error, OSError):
             await self.ownership.stop()
+        with contextlib.suppress(psycopg.Error, OSError):
+            await self._leaders.stop()
 
     async def _round(self, carrier: Carrier) -> None:
         changes = await self.ownership.tick()
+        for name in list(self._leaders.leading):
+            await self.lead(name)
         if changes.lost:
             self.log.warning(
                 "partitions_lost",
