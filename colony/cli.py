@@ -184,6 +184,14 @@ def run(
         OutputFormat,
         typer.Option("--format", help="How --validate reports: text, json or github annotations."),
     ] = OutputFormat.text,
+    node: Annotated[
+        str | None,
+        typer.Option(
+            "--node",
+            help="This daemon's name in a cluster (colony.json cluster block; default: "
+            "<host name>-<pid>). Without a cluster block it has no effect.",
+        ),
+    ] = None,
     show_version: Annotated[
         bool,
         typer.Option(
@@ -205,6 +213,12 @@ def run(
         raise _usage_error(
             f"--env {env}: not a regular file (a folder, FIFO or device); name the env file itself"
         )
+    if node is not None:
+        from colony.cluster.node import node_name_problem
+
+        problem = node_name_problem(node)
+        if problem is not None:
+            raise _usage_error(f"--node {node!r}: {problem}")
 
     if do_validate or validate_strict:
         diagnostics = validate(
@@ -245,6 +259,7 @@ def run(
             direct=direct,
             stdio_json=stdio_format is StdioFormat.json,
             version=_package_version(),
+            node=node,
         )
     except LeaseHeldError as exc:
         raise _failure(str(exc)) from None

@@ -1,9 +1,10 @@
 """``meclaw --root DIR``: boot a colony and run it until SIGINT or SIGTERM.
 
-Boot order: take the root lease, load and check the tree (every problem reported, and the same
-problems as ``--validate``: its errors refuse the boot, its warnings are said on stderr and
-logged), open ``colony.db``, wire the cells, start, wait for a signal, then stop the cells and
-commit the dead letters and the message log.
+Boot order: load and check the tree (every problem reported, and the same problems as
+``--validate``: its errors refuse the boot, its warnings are said on stderr and logged), take
+the root lease (alone, or as cluster member ``--node`` when colony.json has a ``cluster``
+block: the tree decides which, so it is read first), open ``colony.db``, wire the cells,
+start, wait for a signal, then stop the cells and commit the dead letters and the message log.
 
 The event loop is uvloop's when it imports (the ``uvloop`` extra), asyncio's own otherwise: the
 router, the journal hand-offs and the cell processes' pipes are all loop callbacks, and uvloop
@@ -26,6 +27,7 @@ from cells.llm.chat_endpoint import ChatRoute
 from colony.api import build_app, serve
 from colony.boot import open_colony
 from colony.cell import CellType, param_checks
+from colony.cluster.node import default_node_name
 from colony.colony import Colony
 from colony.config.diagnostics import has_errors, render_text
 from colony.config.loader import load_tree
@@ -83,8 +85,15 @@ async def run(
     direct: bool = False,
     stdio_json: bool = False,
     version: str = "0",
-    lease: RootLease | None = None,
+    node: str | None = None,
 ) -> int:
+    """Load the tree, take the root lease and run the colony until a signal; the exit code.
+
+    ``node`` is ``--node`` (None when not given). With a ``cluster`` block the daemon runs as
+    the member ``node`` or ``<host name>-<pid>`` (:attr:`RootLease.member` holds the name);
+    without one ``node`` has no effect, and says so. Raises
+    :class:`colony.lease.LeaseHeldError` when the root is not this daemon's to run.
+    """
     types = dict(cell_types) if cell_types is not None else implemented_cell_types()
     result = load_tree(
         root,
@@ -107,8 +116,16 @@ async def run(
             "for a root that is a cell"
         )
         return EXIT_FAILED
+    member = None
+    if tree.colony.cluster is not None:
+        member = node if node is not None else default_node_name()
+    elif node is not None:
+        _say(
+            f"--node {node} has no effect: colony.json has no cluster block, so this daemon "
+            "runs the colony alone"
+        )
     level = log_level or tree.colony.log_default_level
-    with _log_stream(log_file) as stream:
+    with RootLease(root, member=member) as lease, _log_stream(log_file) as stream:
         # Direct mode runs in someone's terminal: warnings and errors reach it too.
         log = file_logger(stream, level, echo=sys.stderr if direct else None)
         for warning in result.diagnostics:  # said on stderr above; kept in the log too
@@ -120,6 +137,8 @@ async def run(
                 detail=warning.message,
                 fix=warning.hint,
             )
+        if node is not None and member is None:
+            log.warning("node_ignored", node=node, detail="colony.json has no cluster block")
         try:
             async with open_colony(
                 tree, types, log=log, prepare=prepare, release=close_shared_resources
@@ -230,9 +249,10 @@ def main(
     direct: bool = False,
     stdio_json: bool = False,
     version: str = "0",
+    node: str | None = None,
 ) -> int:
-    """Run the daemon in the foreground; returns the exit code."""
-    with RootLease(root) as lease, asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    """Run the daemon in the foreground; returns the exit code. ``node``: see :func:`run`."""
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         return runner.run(
             run(
                 root,
@@ -245,6 +265,6 @@ def main(
                 direct=direct,
                 stdio_json=stdio_json,
                 version=version,
-                lease=lease,
+                node=node,
             )
         )

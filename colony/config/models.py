@@ -71,9 +71,10 @@ class ClusterConfig(BaseModel):
 
     model_config = _CLOSED
 
-    dsn: str
+    dsn: Annotated[str, Field(repr=False)]
     """libpq connection string of the shared database: ``postgresql://…`` or
-    ``host=… dbname=…``. Checked for shape only, and never shown in a message."""
+    ``host=… dbname=…``. Checked for shape only, and never shown in a message or a repr (it
+    holds a password)."""
     partitions: Annotated[int, Field(ge=1, le=PARTITIONS_MAX)] = 16
     """How many slices the conversations are hashed into; each is owned by one node at a
     time. Every node of a cluster must agree on it."""

@@ -153,3 +153,9 @@ def test_a_null_cluster_block_is_no_cluster(make_tree: TreeFactory) -> None:
     result = load(tree(make_tree, {"cluster": None}))
     assert result.tree is not None
     assert result.tree.colony.cluster is None
+
+
+def test_the_dsn_never_shows_in_the_configs_repr() -> None:
+    config = ClusterConfig(dsn="postgresql://meclaw:hunter2@db/colony")
+    assert "hunter2" not in repr(config)
+    assert "hunter2" not in str(config)
