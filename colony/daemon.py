@@ -141,7 +141,12 @@ async def run(
             log.warning("node_ignored", node=node, detail="colony.json has no cluster block")
         try:
             async with open_colony(
-                tree, types, log=log, prepare=prepare, release=close_shared_resources
+                tree,
+                types,
+                log=log,
+                prepare=prepare,
+                release=close_shared_resources,
+                node=member,
             ) as colony:
                 code = await _serve(
                     colony,
