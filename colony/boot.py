@@ -139,7 +139,7 @@ def wire(
     activity = active_cells(
         list(tree.cells), tree.hives, ((d.from_path, d.to_path) for d in tree.edges)
     )
-    registry = read_registry(db.path)  # ids kept across boots, and who failed before
+    registry = read_registry(db.source)  # ids kept across boots, and who failed before
     tables = ColonyTablesHost(db)
     for node in tree.cells.values():
         spec = CellSpec(

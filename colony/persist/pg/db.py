@@ -28,6 +28,7 @@ from colony.persist.pg.writer import PgWriter
 from colony.persist.records import DeadLetterRow, MessageLogEntry, log_entry
 from colony.persist.rows import describe
 from colony.persist.schema import MESSAGE_LOG_SELECT
+from colony.persist.source import Source
 from colony.persist.writer import Event, StorageUnavailable
 
 T = TypeVar("T")
@@ -51,6 +52,10 @@ class PgDb:
             target=self._writer.run, name="cluster-db-writer", daemon=True
         )
         self._thread.start()
+
+    @property
+    def source(self) -> Source:
+        return Source.postgres(self.dsn)
 
     @property
     def closed(self) -> bool:
