@@ -42,6 +42,7 @@ from colony.persist.records import (
     read_dead_letter,
     release_replay,
 )
+from colony.persist.source import Source
 from colony.queries import READS, DrainFilters, QueryError, parse_http
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -124,8 +125,9 @@ class Api:
         self.limits = limits or ServerLimits()
 
     @property
-    def db_path(self) -> Any:
-        return self.colony.db.path
+    def source(self) -> Source:
+        """Where the colony's rows are read (``colony.db`` or the cluster database)."""
+        return self.colony.db.source
 
     async def health(self, request: web.Request) -> web.Response:
         return json_response({"status": "ok", "io_liveness": None})
@@ -175,7 +177,7 @@ class Api:
             raise ApiError(503, "storage_unavailable", str(exc), retry_after=5) from None
         rows = await asyncio.to_thread(
             delete_dead_letters,
-            self.db_path,
+            self.source,
             error_code=filters.error_code,
             since=filters.since,
             ids=None if filters.ids is None else list(filters.ids),
@@ -188,7 +190,7 @@ class Api:
         if not (raw.isascii() and raw.isdigit() and len(raw) <= 19 and 1 <= int(raw) < 2**63):
             raise ApiError(400, "bad_query", "the dead letter id is a whole number (see the list)")
         await self.colony.db.flush()
-        row = await asyncio.to_thread(read_dead_letter, self.db_path, int(raw))
+        row = await asyncio.to_thread(read_dead_letter, self.source, int(raw))
         if row is None:
             raise ApiError(404, "not_found", f"no dead letter {raw}")
         return row
@@ -219,7 +221,7 @@ class Api:
             trace_id=dead.trace_id,
         )
         claim = await asyncio.to_thread(
-            claim_replay, self.db_path, row.id, message.id, force=force == "true"
+            claim_replay, self.source, row.id, message.id, force=force == "true"
         )
         if claim.letter is None:
             raise ApiError(404, "not_found", f"no dead letter {row.id}")
@@ -228,7 +230,7 @@ class Api:
         try:
             await self.colony.send(message)
         except BaseException:
-            await asyncio.to_thread(release_replay, self.db_path, claim.letter)
+            await asyncio.to_thread(release_replay, self.source, claim.letter)
             raise
         return json_response(
             {"message_id": message.id, "trace_id": message.trace_id, "replayed": row.id},

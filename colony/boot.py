@@ -36,7 +36,7 @@ from colony.observability import Logger
 from colony.persist.backend import Backend
 from colony.persist.celltables import ColonyTablesHost
 from colony.persist.db import ColonyDb
-from colony.persist.records import RegistryRow, read_registry
+from colony.persist.records import read_registry
 
 if TYPE_CHECKING:
     from colony.cluster.member import Member
@@ -174,7 +174,8 @@ def wire(
     activity = active_cells(
         list(tree.cells), tree.hives, ((d.from_path, d.to_path) for d in tree.edges)
     )
-    registry, tables = _registry_and_tables(db)
+    registry = read_registry(db.source)  # ids kept across boots, and who failed before
+    tables = _tables_host(db)
     for node in tree.cells.values():
         spec = CellSpec(
             path=node.path,
@@ -204,13 +205,12 @@ def wire(
     return colony
 
 
-def _registry_and_tables(db: Backend) -> tuple[Mapping[str, RegistryRow], TablesHost]:
-    """The registry (ids kept across boots, and who failed before) and where cells keep
-    their tables, on the colony's backend."""
+def _tables_host(db: Backend) -> TablesHost:
+    """Where cells keep their tables: the colony's own database, whichever backend it is."""
     if isinstance(db, ColonyDb):
-        return read_registry(db.path), ColonyTablesHost(db)
+        return ColonyTablesHost(db)
     from colony.persist.pg.db import PgDb
     from colony.persist.pg.tables import PgTablesHost
 
     assert isinstance(db, PgDb)
-    return db.registry(), PgTablesHost(db)
+    return PgTablesHost(db)

@@ -29,6 +29,8 @@ from colony.validate import validate
 if TYPE_CHECKING:
     import httpx
 
+    from colony.persist.source import Source
+
 EXIT_INVALID = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
@@ -272,8 +274,11 @@ dead_letters_app = typer.Typer(
 app.add_typer(dead_letters_app, name="dead-letters")
 
 
-def _database(root: Path) -> Path:
-    db = root / "colony.db"
+def _database(root: Path) -> Source:
+    from colony.persist.source import source_for_root
+
+    # dsn=None: the tree's cluster block is not read here yet (ColonyConfig.cluster.dsn).
+    db = source_for_root(root, None)
     if not db.exists():
         raise _usage_error(f"--root {root}: no colony.db (has a daemon run on this root?)")
     return db

@@ -1,7 +1,8 @@
-"""Operator commands that work on ``colony.db`` directly: ``meclaw dead-letters`` (list,
-follow, show), ``meclaw trace`` (the hop tree of a trace) and ``meclaw cells`` (list, revive).
-Reads work beside a running daemon; the one write here (reviving a cell of a stopped colony)
-takes the root lease first, so it never races a daemon."""
+"""Operator commands that work on the colony's database directly: ``meclaw dead-letters``
+(list, follow, show), ``meclaw trace`` (the hop tree of a trace) and ``meclaw cells`` (list,
+revive). The reads take a :class:`~colony.persist.source.Source` (``colony.db`` or the cluster
+database) and work beside running daemons; the one write here (reviving a cell of a stopped
+colony) is on ``colony.db`` and takes the root lease first, so it never races a daemon."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from colony.persist.records import (
     read_trace_dead_letters,
     revive_in_registry,
 )
+from colony.persist.source import Source
 
 
 def _when(seconds: int) -> str:
@@ -73,7 +75,7 @@ def dead_letter_report(row: DeadLetterRow, *, as_json: bool = False) -> str:
 
 
 def list_dead_letters(
-    db: Path,
+    db: Source,
     *,
     error_code: str | None,
     since: int | None,
@@ -96,7 +98,7 @@ def list_dead_letters(
         time.sleep(poll_s)
 
 
-def trace_lines(db: Path, trace_id: str) -> list[str]:
+def trace_lines(db: Source, trace_id: str) -> list[str]:
     """The hop tree of a trace: each message under its parent, with the TTL left at each hop.
     A hop that carries a cell's error (``finish_reason: "error"``) is followed by the error
     text; each dead letter of the trace is marked ``✗`` where it died: under the hop that
@@ -198,7 +200,7 @@ def cell_json(row: RegistryRow) -> str:
 def revive_offline(root: Path, path: str) -> Revival:
     """Revive a failed cell of a stopped colony (raises :class:`colony.lease.LeaseHeldError`
     when a daemon runs on ``root``: revive through its API instead)."""
-    db = root / "colony.db"
+    db = Source.sqlite(root / "colony.db")
     if not db.exists():
         raise UnknownCellError(f"{root} has no colony.db: no daemon has run there yet")
     with RootLease(root):

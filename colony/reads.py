@@ -6,26 +6,28 @@ Each read takes the typed filters of :mod:`colony.queries` and returns the reply
 ``/colony/<x>`` gets it as the body of its reply (:func:`answer`).
 
 Registry and graph are read from memory. The message log and the dead letters are read from
-``colony.db``: first a fence through the writer (a read sees every write made before it was
-asked for), then the SQL on a worker thread with its own read-only connection, so a large read
-never stalls the event loop.
+the colony's database (``colony.db`` or the cluster database: its
+:class:`~colony.persist.source.Source`): first a fence through the writer (a read sees every
+write made before it was asked for), then the SQL on a worker thread with its own connection,
+so a large read never stalls the event loop. The SQL of each read is a function of the source
+and the filters (``select_trace``, ``select_messages``, ``select_dead_letters``), written once
+for both engines.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import time
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from colony.envelope import Envelope, Headers
 from colony.errors import ColonyError
 from colony.ids import uuid7
 from colony.persist.db import PersistenceError
-from colony.persist.schema import MESSAGE_ID_OF_ENVELOPE, MESSAGE_LOG_SELECT, connect
+from colony.persist.schema import MESSAGE_LOG_SELECT
+from colony.persist.source import Dialect, Source
 from colony.queries import (
     DeadLettersFilters,
     Filters,
@@ -49,7 +51,8 @@ _COLUMNS = MESSAGE_LOG_SELECT
 
 
 class ReadFailed(ColonyError):
-    """``colony.db`` could not be read (missing, locked past the busy timeout, corrupt)."""
+    """The colony's database could not be read (``colony.db`` missing, locked past the busy
+    timeout or corrupt; the cluster database unreachable)."""
 
     code = "colony_db_unreadable"
 
@@ -112,25 +115,11 @@ def graph(colony: Colony, f: GraphFilters) -> dict[str, Any]:
 
 
 async def trace(colony: Colony, f: TraceFilters) -> dict[str, Any]:
-    where = _Where()
-    where.compare("trace_id", "=", f.trace_id)
-    where.compare("correlation_id", "=", f.correlation_id)
-    where.prefix("to_path", f.path_prefix)
-    if f.error:
-        where.add(
-            "(CASE WHEN json_valid(headers) THEN json_extract(headers, '$.hop.error_code') END) "
-            "IS NOT NULL"
-        )
-    where.compare("created_at", ">=", f.since)
-    # ``seq`` selected too: ordered by a column it returns, SQLite merges the message log's two
-    # tables in order instead of sorting them (see colony.persist.schema).
-    sql = f"SELECT seq, {_COLUMNS} FROM message_log{where} ORDER BY seq ASC LIMIT ?"
-    rows = await _read(colony, _select_log, sql, [*where.args, f.rows])
-    return {"trace": rows}
+    return {"trace": await _read(colony, select_trace, f)}
 
 
 async def messages(colony: Colony, f: MessagesFilters) -> dict[str, Any]:
-    rows, scanned = await _read(colony, _select_messages, f)
+    rows, scanned = await _read(colony, select_messages, f)
     limit = f.rows
     following = None
     if len(rows) == limit:
@@ -144,18 +133,7 @@ async def messages(colony: Colony, f: MessagesFilters) -> dict[str, Any]:
 
 
 async def dead_letters(colony: Colony, f: DeadLettersFilters) -> dict[str, Any]:
-    where = _Where()
-    where.compare("error_code", "=", f.error_code)
-    where.compare("created_at", ">=", f.since)
-    # A listing never reads a stored body: the message id has its own column (only rows an
-    # older daemon wrote lack it; see colony.persist.schema).
-    sql = (
-        "SELECT id, sender_path, original_target, resolved_target, error_code, trace_id, "
-        f"created_at, COALESCE(message_id, {MESSAGE_ID_OF_ENVELOPE}), detail, replayed_at, "
-        f"replayed_as FROM dead_letters{where} ORDER BY id ASC LIMIT ?"
-    )
-    rows = await _read(colony, _select_letters, sql, [*where.args, f.rows])
-    return {"dead_letters": rows}
+    return {"dead_letters": await _read(colony, select_dead_letters, f)}
 
 
 async def read(colony: Colony, filters: Filters) -> dict[str, Any]:
@@ -218,16 +196,18 @@ async def answer(colony: Colony, endpoint: str, message: Envelope) -> Envelope:
 # -- SQL, on a worker thread ----------------------------------------------------------------------
 
 
-async def _read(colony: Colony, fn: Any, *args: Any) -> Any:
+async def _read(colony: Colony, fn: Callable[[Source, Any], Any], filters: Filters) -> Any:
     try:
         await colony.db.flush()
     except PersistenceError as exc:
         # What is committed can still be read; the writer's failure is logged where it happens.
         colony.log.warning("colony_read_unfenced", error=str(exc))
+    source = colony.db.source
     try:
-        return await asyncio.to_thread(fn, colony.db.path, *args)
-    except sqlite3.Error as exc:
-        raise ReadFailed(f"colony.db could not be read: {exc}") from exc
+        return await asyncio.to_thread(fn, source, filters)
+    except source.errors as exc:
+        what = "colony.db" if source.path is not None else str(source)
+        raise ReadFailed(f"{what} could not be read: {exc}") from exc
 
 
 def _successor(prefix: str) -> str | None:
@@ -247,7 +227,8 @@ class _Where:
     """The WHERE clause of a read, built filter by filter: a filter that is None adds
     nothing, so each read lists its filters once, in one line each."""
 
-    def __init__(self) -> None:
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
         self.clauses: list[str] = []
         self.args: list[Any] = []
 
@@ -260,9 +241,11 @@ class _Where:
             self.add(f"{column} {op} ?", value)
 
     def prefix(self, column: str, prefix: str | None) -> None:
-        """``column`` starts with ``prefix``, as a range the column's index serves."""
+        """``column`` starts with ``prefix``, as a range the column's index serves (compared
+        by code point, which :func:`_successor` counts in)."""
         if prefix is None:
             return
+        column = self.dialect.text(column)
         self.add(f"{column} >= ?", prefix)
         upper = _successor(prefix)
         if upper is not None:
@@ -299,20 +282,33 @@ def _log_row(r: Sequence[Any]) -> dict[str, Any]:
     }
 
 
-def _fetch(path: Path, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
-    conn = connect(str(path), readonly=True)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
+def select_trace(source: Source, f: TraceFilters) -> list[dict[str, Any]]:
+    """The message-log rows of ``/colony/trace``, oldest first."""
+    where = _Where(source.dialect)
+    where.compare("trace_id", "=", f.trace_id)
+    where.compare("correlation_id", "=", f.correlation_id)
+    where.prefix("to_path", f.path_prefix)
+    if f.error:
+        where.add(f"({source.dialect.hop_error_code}) IS NOT NULL")
+    where.compare("created_at", ">=", f.since)
+    # ``seq`` selected too: ordered by a column it returns, SQLite merges the message log's two
+    # tables in order instead of sorting them (see colony.persist.schema).
+    sql = f"SELECT seq, {_COLUMNS} FROM message_log{where} ORDER BY seq ASC LIMIT ?"
+    return [_log_row(r[1:]) for r in source.select(sql, [*where.args, f.rows])]
 
 
-def _select_log(path: Path, sql: str, args: Sequence[Any]) -> list[dict[str, Any]]:
-    """Rows of ``sql``, which selects ``seq`` before the message-log columns."""
-    return [_log_row(r[1:]) for r in _fetch(path, sql, args)]
-
-
-def _select_letters(path: Path, sql: str, args: Sequence[Any]) -> list[dict[str, Any]]:
+def select_dead_letters(source: Source, f: DeadLettersFilters) -> list[dict[str, Any]]:
+    """The dead letters of ``/colony/dead_letters``, oldest first. A listing never reads a
+    stored body: the message id has its own column (only rows an older daemon wrote lack it;
+    see colony.persist.schema)."""
+    where = _Where(source.dialect)
+    where.compare("error_code", "=", f.error_code)
+    where.compare("created_at", ">=", f.since)
+    sql = (
+        "SELECT id, sender_path, original_target, resolved_target, error_code, trace_id, "
+        f"created_at, COALESCE(message_id, {source.dialect.message_id_of_envelope}), detail, "
+        f"replayed_at, replayed_as FROM dead_letters{where} ORDER BY id ASC LIMIT ?"
+    )
     return [
         {
             "id": r[0],
@@ -327,20 +323,22 @@ def _select_letters(path: Path, sql: str, args: Sequence[Any]) -> list[dict[str,
             "replayed_at": r[9],
             "replayed_as": r[10],
         }
-        for r in _fetch(path, sql, args)
+        for r in source.select(sql, [*where.args, f.rows])
     ]
 
 
-def _select_messages(path: Path, f: MessagesFilters) -> tuple[list[dict[str, Any]], int]:
-    """Newest first, in two stages as meclaw reads them: the indexed filters pick at most
-    ``scan_budget`` rows; correlation, sender prefix and body kind filter that window (so
-    ``scan_truncated`` says when they may have missed older matches)."""
-    order = " ORDER BY created_at DESC, id DESC"
+def select_messages(source: Source, f: MessagesFilters) -> tuple[list[dict[str, Any]], int]:
+    """The rows of ``/colony/messages`` and how many were scanned. Newest first, in two stages
+    as meclaw reads them: the indexed filters pick at most ``scan_budget`` rows; correlation,
+    sender prefix and body kind filter that window (so ``scan_truncated`` says when they may
+    have missed older matches)."""
+    dialect = source.dialect
+    order = f" ORDER BY created_at DESC, {dialect.text('id')} DESC"
     if f.id is not None:
         sql = f"SELECT {_COLUMNS} FROM message_log WHERE id = ?{order} LIMIT ?"
-        rows = _fetch(path, sql, [f.id, f.rows])
+        rows = source.select(sql, [f.id, f.rows])
         return [_log_row(r) for r in rows], len(rows)
-    inner = _Where()
+    inner = _Where(dialect)
     inner.compare("trace_id", "=", f.trace_id)
     inner.compare("parent_message_id", "=", f.parent_message_id)
     inner.prefix("to_path", f.to_path_prefix)
@@ -348,26 +346,26 @@ def _select_messages(path: Path, f: MessagesFilters) -> tuple[list[dict[str, Any
     inner.compare("created_at", "<=", f.until)
     if f.before_created_at is not None and f.before_id is not None:
         inner.add(
-            "(created_at < ? OR (created_at = ? AND id < ?))",
+            f"(created_at < ? OR (created_at = ? AND {dialect.text('id')} < ?))",
             f.before_created_at,
             f.before_created_at,
             f.before_id,
         )
     else:
         inner.compare("created_at", "<", f.before_created_at)
-        inner.compare("id", "<", f.before_id)
-    outer = _Where()
+        inner.compare(dialect.text("id"), "<", f.before_id)
+    outer = _Where(dialect)
     outer.compare("correlation_id", "=", f.correlation_id)
     outer.prefix("from_path", f.from_path_prefix)
     outer.compare("body_kind", "=", f.body_kind)
     window = f"SELECT {_COLUMNS} FROM message_log{inner}{order} LIMIT ?"
-    sql = f"SELECT * FROM ({window}){outer}{order} LIMIT ?"
+    # The subqueries are named: PostgreSQL (before 16) requires it, SQLite accepts it.
+    sql = f"SELECT * FROM ({window}) AS scanned{outer}{order} LIMIT ?"
     args = [*inner.args, f.budget, *outer.args, f.rows]
-    conn = connect(str(path), readonly=True)
-    try:
-        rows = conn.execute(sql, args).fetchall()
-        counted = conn.execute(f"SELECT COUNT(*) FROM ({window})", [*inner.args, f.budget])
+    with source.connect() as session:
+        rows = session.execute(sql, args).fetchall()
+        counted = session.execute(
+            f"SELECT COUNT(*) FROM ({window}) AS scanned", [*inner.args, f.budget]
+        )
         (scanned,) = counted.fetchone()
-    finally:
-        conn.close()
     return [_log_row(r) for r in rows], int(scanned)

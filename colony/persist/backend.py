@@ -18,6 +18,7 @@ from colony.effects import LogRow
 from colony.persist.db import DbStatistics
 from colony.persist.items import Unit
 from colony.persist.records import DeadLetterRow, MessageLogEntry
+from colony.persist.source import Source
 from colony.persist.writer import Event
 
 T = TypeVar("T")
@@ -30,7 +31,18 @@ class Backend(Protocol):
     """``"sqlite"`` or ``"postgres"``: which SQL a cell's own tables speak."""
 
     @property
+    def source(self) -> Source:
+        """Where the colony's rows are read (:mod:`colony.persist.source`)."""
+        ...
+
+    @property
     def closed(self) -> bool: ...
+
+    @property
+    def journalled(self) -> int: ...
+
+    @property
+    def rows_written(self) -> int: ...
 
     @property
     def lost(self) -> str | None: ...

@@ -35,6 +35,7 @@ from colony.persist.records import (
 )
 from colony.persist.rows import describe
 from colony.persist.schema import identity, open_for_writing
+from colony.persist.source import Source
 from colony.persist.writer import (
     Event,
     PersistenceError,
@@ -114,6 +115,11 @@ class ColonyDb:
         )
         self._thread.start()
         self._checkpointer = Checkpointer(path)
+
+    @property
+    def source(self) -> Source:
+        """Where the reads find this colony's rows."""
+        return Source.sqlite(self.path)
 
     @property
     def closed(self) -> bool:
@@ -254,7 +260,7 @@ class ColonyDb:
 
     async def message_log(self, trace_id: str | None = None) -> list[MessageLogEntry]:
         await self.flush()
-        return await asyncio.to_thread(read_log, self.path, trace_id)
+        return await asyncio.to_thread(read_log, self.source, trace_id)
 
     async def dead_letters(
         self, *, error_code: str | None = None, since: int | None = None, limit: int | None = None
@@ -262,6 +268,6 @@ class ColonyDb:
         await self.flush()
 
         def read() -> list[DeadLetterRow]:  # rows that outlive the file carry their message
-            return with_messages(read_dead_letters(self.path, error_code, since, limit))
+            return with_messages(read_dead_letters(self.source, error_code, since, limit))
 
         return await asyncio.to_thread(read)

@@ -1,9 +1,12 @@
-"""Reading and editing what ``colony.db`` holds: the message log, dead letters, the registry.
+"""Reading and editing what the colony's database holds: the message log, dead letters, the
+registry.
 
-Every query of the file outside the writer thread is here (the writer's inserts are
+Every query of it outside the writer thread is here (the writer's inserts are
 :mod:`colony.persist.rows`; the HTTP and message-plane reads with their filters are
-:mod:`colony.reads`). Each opens its own connection, so it is usable without a running colony
-(operator commands on a stopped daemon) and, called in a thread, beside a running one.
+:mod:`colony.reads`). Each takes the :class:`~colony.persist.source.Source` to read (``colony.db``
+or the cluster database: the SQL is written once) and opens its own connection, so it is
+usable without a running colony (operator commands on a stopped daemon) and, called in a
+thread, beside a running one.
 """
 
 from __future__ import annotations
@@ -13,16 +16,11 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from colony.envelope import Envelope
-from colony.persist.schema import (
-    MESSAGE_ID_OF_ENVELOPE,
-    MESSAGE_LOG_SELECT,
-    connect,
-    dead_letter_columns,
-)
+from colony.persist.schema import MESSAGE_LOG_SELECT
+from colony.persist.source import Source
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +77,8 @@ class DeadLetterRow:
     """Unix seconds of the last replay, None if never replayed."""
     replayed_as: str | None = None
     """The message id the last replay sent."""
-    source: Path | None = field(default=None, repr=False, compare=False)
-    """The ``colony.db`` the row was read from (where :attr:`message` is read)."""
+    source: Source | None = field(default=None, repr=False, compare=False)
+    """The database the row was read from (where :attr:`message` is read)."""
 
     def fields(self) -> dict[str, Any]:
         """The row without its message, as every listing shows it (API, CLI ``--json``)."""
@@ -110,7 +108,10 @@ class DeadLetterRow:
 
 
 def read_dead_letters(
-    path: Path, error_code: str | None = None, since: int | None = None, limit: int | None = None
+    source: Source,
+    error_code: str | None = None,
+    since: int | None = None,
+    limit: int | None = None,
 ) -> list[DeadLetterRow]:
     """Dead letters in insertion order; usable without a running colony (read-only)."""
     clauses: list[str] = []
@@ -127,11 +128,11 @@ def read_dead_letters(
     sql += " ORDER BY id"
     if limit is not None:
         sql += f" LIMIT {int(limit)}"
-    return _select_dead_letters(path, sql, args)
+    return _select_dead_letters(source, sql, args)
 
 
 def delete_dead_letters(
-    path: Path,
+    source: Source,
     *,
     error_code: str | None = None,
     since: int | None = None,
@@ -139,23 +140,18 @@ def delete_dead_letters(
 ) -> list[DeadLetterRow]:
     """Remove the matching dead letters (all when no filter) and return them (their
     :attr:`DeadLetterRow.message` is gone with them)."""
-    rows = read_dead_letters(path, error_code, since)
+    rows = read_dead_letters(source, error_code, since)
     if ids is not None:
         wanted = set(ids)
         rows = [r for r in rows if r.id in wanted]
     if rows:
-        conn = connect(str(path))
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany("DELETE FROM dead_letters WHERE id = ?", [(r.id,) for r in rows])
-            conn.execute("COMMIT")
-        finally:
-            conn.close()
+        with source.connect(write=True) as session, session.transaction():
+            session.executemany("DELETE FROM dead_letters WHERE id = ?", [(r.id,) for r in rows])
     return rows
 
 
 def read_log(
-    path: Path, trace_id: str | None = None, limit: int | None = None
+    source: Source, trace_id: str | None = None, limit: int | None = None
 ) -> list[MessageLogEntry]:
     """Message-log rows in the order they were written (the first ``limit``), those of one
     trace when ``trace_id`` is given (read-only; usable without a running colony). The HTTP
@@ -167,16 +163,8 @@ def read_log(
     if trace_id is not None:
         sql += " WHERE trace_id = ?"
         args = (trace_id,)
-    conn = connect(str(path), readonly=True)
-    try:
-        if limit is not None:
-            sql += f" ORDER BY seq LIMIT {int(limit)}"
-        else:
-            sql += " ORDER BY seq"
-        rows = conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
-    return [log_entry(r[1:]) for r in rows]
+    sql += " ORDER BY seq" if limit is None else f" ORDER BY seq LIMIT {int(limit)}"
+    return [log_entry(r[1:]) for r in source.select(sql, args)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,62 +178,51 @@ class RegistryRow:
     updated_at: int
 
 
-def read_registry(path: Path) -> dict[str, RegistryRow]:
-    """Every registry row by cell path (read-only; empty when ``colony.db`` does not exist)."""
-    if not path.exists():
+def read_registry(source: Source) -> dict[str, RegistryRow]:
+    """Every registry row by cell path, in code-point order of the paths (read-only; empty
+    when ``colony.db`` does not exist)."""
+    if not source.exists():
         return {}
-    conn = connect(str(path), readonly=True)
-    try:
-        rows = conn.execute(
-            "SELECT path, cell_id, cell_type, status, updated_at FROM registry ORDER BY path"
-        ).fetchall()
-    finally:
-        conn.close()
+    order = source.dialect.text("path")
+    rows = source.select(
+        f"SELECT path, cell_id, cell_type, status, updated_at FROM registry ORDER BY {order}"
+    )
     return {r[0]: RegistryRow(*r) for r in rows}
 
 
-def revive_in_registry(path: Path, cell_path: str) -> str | None:
+def revive_in_registry(source: Source, cell_path: str) -> str | None:
     """Mark a failed cell ``active`` in a stopped colony's registry (the next boot computes its
     activity from the edges again); returns the status it had, or None for an unknown path.
     The caller holds the root lease, so no daemon writes meanwhile."""
-    conn = connect(str(path))
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        row = conn.execute("SELECT status FROM registry WHERE path = ?", (cell_path,)).fetchone()
+    with source.connect(write=True) as session, session.transaction():
+        row = session.execute("SELECT status FROM registry WHERE path = ?", (cell_path,)).fetchone()
         if row is not None and row[0] == "failed":
-            conn.execute(
-                "UPDATE registry SET status = 'active', updated_at = ? WHERE path = ?",
+            session.execute(
+                "UPDATE registry SET status = 'active', updated_at = ? "
+                "WHERE path = ? AND status = 'failed'",
                 (int(time.time()), cell_path),
             )
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
     return None if row is None else str(row[0])
 
 
 # -- dead letters one by one: show, replay, the letters of a trace -----------------------------
 
 
-def _select_dead_letters(path: Path, sql: str, args: Sequence[Any]) -> list[DeadLetterRow]:
+def _select_dead_letters(source: Source, sql: str, args: Sequence[Any]) -> list[DeadLetterRow]:
     """Run ``sql`` (its ``{columns}`` filled in) and build rows without reading any body. A
     file an older daemon wrote, not yet upgraded, lacks the newer columns: they read as NULL."""
-    conn = connect(str(path), readonly=True)
-    try:
-        have = dead_letter_columns(conn)
+    dialect = source.dialect
+    with source.connect() as session:
+        have = {r[0] for r in session.execute(dialect.columns, ("dead_letters",)).fetchall()}
         newer = [c if c in have else f"NULL AS {c}" for c in _NEWER_COLUMNS]
         # Rows an older daemon wrote have no message_id: take it from the envelope (COALESCE
         # evaluates the parse only for those rows).
-        newer[0] = (
-            f"COALESCE(message_id, {MESSAGE_ID_OF_ENVELOPE})"
-            if "message_id" in have
-            else MESSAGE_ID_OF_ENVELOPE
-        )
+        of_envelope = dialect.message_id_of_envelope
+        newer[0] = f"COALESCE(message_id, {of_envelope})" if "message_id" in have else of_envelope
         columns = ", ".join([*_DEAD_LETTER_COLUMNS, *newer])
-        rows = conn.execute(sql.format(columns=columns), tuple(args)).fetchall()
-    finally:
-        conn.close()
+        rows = session.execute(sql.format(columns=columns), args).fetchall()
     return [
-        DeadLetterRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], path)
+        DeadLetterRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], source)
         for r in rows
     ]
 
@@ -262,10 +239,10 @@ _DEAD_LETTER_COLUMNS = (
 _NEWER_COLUMNS = ("message_id", "detail", "replayed_at", "replayed_as")
 
 
-def read_dead_letter(path: Path, letter_id: int) -> DeadLetterRow | None:
+def read_dead_letter(source: Source, letter_id: int) -> DeadLetterRow | None:
     """One dead letter by id, its message read and decoded (call it off the event loop)."""
     rows = _select_dead_letters(
-        path, "SELECT {columns} FROM dead_letters WHERE id = ?", (letter_id,)
+        source, "SELECT {columns} FROM dead_letters WHERE id = ?", (letter_id,)
     )
     if not rows:
         return None
@@ -279,41 +256,32 @@ def read_dead_letter(path: Path, letter_id: int) -> DeadLetterRow | None:
 def with_messages(rows: list[DeadLetterRow]) -> list[DeadLetterRow]:
     """``rows`` with their :attr:`DeadLetterRow.message` read now, in one query per 500 rows
     (for callers that keep rows after the file is gone: tests, reports)."""
-    by_source: dict[Path, list[DeadLetterRow]] = {}
+    by_source: dict[Source, list[DeadLetterRow]] = {}
     for row in rows:
         if row.source is not None and "message" not in vars(row):
             by_source.setdefault(row.source, []).append(row)
     for source, pending in by_source.items():
-        conn = connect(str(source), readonly=True)
-        try:
+        with source.connect() as session:
             for start in range(0, len(pending), 500):
                 chunk = {row.id: row for row in pending[start : start + 500]}
                 marks = ",".join("?" * len(chunk))
-                for letter_id, text in conn.execute(
+                for letter_id, text in session.execute(
                     f"SELECT id, message_json FROM dead_letters WHERE id IN ({marks})",
                     tuple(chunk),
-                ):
+                ).fetchall():
                     # Fills the cached_property's slot, as a first access would.
                     vars(chunk[letter_id])["message"] = Envelope.from_json(json.loads(text))
-        finally:
-            conn.close()
     return rows
 
 
-def read_dead_letter_message(path: Path, letter_id: int) -> str | None:
+def read_dead_letter_message(source: Source, letter_id: int) -> str | None:
     """The stored envelope's JSON text of one dead letter (None when there is no such row)."""
-    conn = connect(str(path), readonly=True)
-    try:
-        row = conn.execute(
-            "SELECT message_json FROM dead_letters WHERE id = ?", (letter_id,)
-        ).fetchone()
-    finally:
-        conn.close()
-    return None if row is None else str(row[0])
+    rows = source.select("SELECT message_json FROM dead_letters WHERE id = ?", (letter_id,))
+    return None if not rows else str(rows[0][0])
 
 
 def read_dead_letters_after(
-    path: Path, after_id: int, *, error_code: str | None = None, since: int | None = None
+    source: Source, after_id: int, *, error_code: str | None = None, since: int | None = None
 ) -> list[DeadLetterRow]:
     """Dead letters with an id above ``after_id``, oldest first (what ``--follow`` polls)."""
     sql = "SELECT {columns} FROM dead_letters WHERE id > ?"
@@ -324,13 +292,13 @@ def read_dead_letters_after(
     if since is not None:
         sql += " AND created_at >= ?"
         args.append(since)
-    return _select_dead_letters(path, sql + " ORDER BY id", args)
+    return _select_dead_letters(source, sql + " ORDER BY id", args)
 
 
-def read_trace_dead_letters(path: Path, trace_id: str) -> list[DeadLetterRow]:
+def read_trace_dead_letters(source: Source, trace_id: str) -> list[DeadLetterRow]:
     """The dead letters of one trace, oldest first."""
     sql = "SELECT {columns} FROM dead_letters WHERE trace_id = ? ORDER BY id"
-    return _select_dead_letters(path, sql, (trace_id,))
+    return _select_dead_letters(source, sql, (trace_id,))
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,37 +310,29 @@ class ReplayClaim:
     granted: bool
 
 
-def claim_replay(path: Path, letter_id: int, message_id: str, *, force: bool) -> ReplayClaim:
+def claim_replay(source: Source, letter_id: int, message_id: str, *, force: bool) -> ReplayClaim:
     """Mark a dead letter replayed as ``message_id`` now, unless it was replayed before and
     ``force`` is False; the letter is returned as it was before, message decoded. The check
-    and the mark are one transaction, so two concurrent replays cannot both be granted."""
-    before = read_dead_letter(path, letter_id)
+    and the mark are one guarded UPDATE in a transaction, so two concurrent replays cannot
+    both be granted (SQLite: the write lock; PostgreSQL: the row lock, after which the guard
+    is evaluated again on the row the other replay committed)."""
+    before = read_dead_letter(source, letter_id)
     if before is None:
         return ReplayClaim(None, False)
-    conn = connect(str(path))
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        sql = "UPDATE dead_letters SET replayed_at = ?, replayed_as = ? WHERE id = ?"
-        if not force:
-            sql += " AND replayed_at IS NULL"
-        changed = conn.execute(sql, (int(time.time()), message_id, letter_id)).rowcount
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
+    sql = "UPDATE dead_letters SET replayed_at = ?, replayed_as = ? WHERE id = ?"
+    if not force:
+        sql += " AND replayed_at IS NULL"
+    with source.connect(write=True) as session, session.transaction():
+        changed = session.execute(sql, (int(time.time()), message_id, letter_id)).rowcount
     if not changed and not force:  # replayed meanwhile, or before
-        return ReplayClaim(read_dead_letter(path, letter_id) or before, False)
+        return ReplayClaim(read_dead_letter(source, letter_id) or before, False)
     return ReplayClaim(before, bool(changed))
 
 
-def release_replay(path: Path, letter: DeadLetterRow) -> None:
+def release_replay(source: Source, letter: DeadLetterRow) -> None:
     """Undo :func:`claim_replay` when the replayed message could not be sent."""
-    conn = connect(str(path))
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute(
+    with source.connect(write=True) as session, session.transaction():
+        session.execute(
             "UPDATE dead_letters SET replayed_at = ?, replayed_as = ? WHERE id = ?",
             (letter.replayed_at, letter.replayed_as, letter.id),
         )
-        conn.execute("COMMIT")
-    finally:
-        conn.close()

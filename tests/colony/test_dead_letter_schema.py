@@ -9,6 +9,7 @@ from pathlib import Path
 
 from colony.persist.db import ColonyDb
 from colony.persist.records import claim_replay, read_dead_letter, read_dead_letters
+from colony.persist.source import Source
 
 OLD_TABLE = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -54,15 +55,15 @@ def test_an_older_colony_db_gains_the_dead_letter_columns_when_a_daemon_opens_it
         stored = conn.execute("SELECT message_id FROM dead_letters").fetchone()
     assert {"message_id", "replayed_at", "replayed_as"} <= columns
     assert stored == ("m-1",)  # filled from the envelope once
-    assert claim_replay(path, 1, "m-2", force=False).granted
-    [row] = read_dead_letters(path)
+    assert claim_replay(Source.sqlite(path), 1, "m-2", force=False).granted
+    [row] = read_dead_letters(Source.sqlite(path))
     assert (row.message_id, row.replayed_as, row.detail) == ("m-1", "m-2", "gone")
 
 
 def test_a_colony_db_no_daemon_has_upgraded_is_still_readable(tmp_path: Path) -> None:
     path = old_file(tmp_path)
-    [row] = read_dead_letters(path)
+    [row] = read_dead_letters(Source.sqlite(path))
     assert (row.message_id, row.replayed_at) == ("m-1", None)
-    letter = read_dead_letter(path, 1)
+    letter = read_dead_letter(Source.sqlite(path), 1)
     assert letter is not None
     assert letter.message.target == "/x"

@@ -17,6 +17,7 @@ from cells.code.params import runs_ahead as code_runs_ahead
 from colony.cell import CellClass, CellSpec, CellType
 from colony.effects import Delivery, LogRow
 from colony.envelope import Envelope, source_message
+from colony.persist.backend import Backend
 from colony.persist.db import ColonyDb
 from colony.persist.items import Unit
 from colony.persist.rows import Rows
@@ -75,7 +76,8 @@ def _types(first: _Relay, second: _Relay, *, second_runs_ahead: bool) -> dict[st
     }
 
 
-def _journal_rows(db: ColonyDb) -> int:
+def _journal_rows(db: Backend) -> int:
+    assert isinstance(db, ColonyDb)
     conn = sqlite3.connect(db.path)
     try:
         (count,) = conn.execute("SELECT count(*) FROM journal").fetchone()
@@ -89,9 +91,10 @@ def _body(text: str) -> dict[str, Any]:
 
 
 @contextmanager
-def _writer_held(db: ColonyDb) -> Iterator[threading.Event]:
+def _writer_held(db: Backend) -> Iterator[threading.Event]:
     """Hold the writer inside a transaction until the yielded event is set (or the block
     ends): nothing handed over meanwhile is committed."""
+    assert isinstance(db, ColonyDb)
     release = threading.Event()
     entered = threading.Event()
 

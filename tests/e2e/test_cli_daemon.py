@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from colony.persist.records import read_dead_letters
+from colony.persist.source import Source
 from tests.conftest import TreeFactory, cell, hive
 
 MECLAW = str(Path(sys.executable).with_name("meclaw"))
@@ -112,7 +113,7 @@ def test_a_dangling_endpoint_boots_with_the_warning_validate_gives_and_dead_lett
     assert "warning[dangling_endpoint]" in done.stderr
     assert "/sink" in done.stderr
     assert "Traceback" not in done.stderr
-    [letter] = read_dead_letters(root / "colony.db")
+    [letter] = read_dead_letters(Source.sqlite(root / "colony.db"))
     assert (letter.error_code, letter.resolved_target) == ("unresolved_path", "/sink")
     logged = [json.loads(line) for line in (root / "log.jsonl").read_text().splitlines()]
     assert [e["code"] for e in logged if e["event"] == "config_warning"] == ["dangling_endpoint"]

@@ -10,6 +10,7 @@ import pytest
 
 from colony.persist.db import ColonyDb
 from colony.persist.records import read_dead_letters
+from colony.persist.source import Source
 from colony.testing import ColonyHarness
 from tests.api_client import Api, served
 from tests.conformance.cells import TEST_TYPES, user
@@ -114,6 +115,6 @@ def test_listing_dead_letters_never_reads_a_stored_body(make_tree: TreeFactory) 
             "trace_id, created_at, message_json, message_id) VALUES (?,?,?,?,?,?,?,?)",
             [("/", "/x", "/x", "unresolved_path", "t", 1, junk, f"m{i}") for i in range(50)],
         )
-    rows = read_dead_letters(root / "colony.db")
+    rows = read_dead_letters(Source.sqlite(root / "colony.db"))
     assert [r.message_id for r in rows] == [f"m{i}" for i in range(50)]
     assert all("message" not in vars(r) for r in rows)  # nothing decoded

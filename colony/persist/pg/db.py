@@ -25,9 +25,10 @@ from colony.persist.db import DbStatistics, _completion, _ignore, _result
 from colony.persist.items import Commit, Execute, Fence, Forget, Item, Registry, Stop, Unit
 from colony.persist.pg import schema
 from colony.persist.pg.writer import PgWriter
-from colony.persist.records import DeadLetterRow, MessageLogEntry, RegistryRow, log_entry
+from colony.persist.records import DeadLetterRow, MessageLogEntry, log_entry
 from colony.persist.rows import describe
 from colony.persist.schema import MESSAGE_LOG_SELECT
+from colony.persist.source import Source
 from colony.persist.writer import Event, StorageUnavailable
 
 T = TypeVar("T")
@@ -51,6 +52,10 @@ class PgDb:
             target=self._writer.run, name="cluster-db-writer", daemon=True
         )
         self._thread.start()
+
+    @property
+    def source(self) -> Source:
+        return Source.postgres(self.dsn)
 
     @property
     def closed(self) -> bool:
@@ -146,13 +151,6 @@ class PgDb:
     def _select(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
             return conn.execute(sql, tuple(args)).fetchall()
-
-    def registry(self) -> dict[str, RegistryRow]:
-        """Every registry row by cell path (blocking: read at boot)."""
-        rows = self._select(
-            "SELECT path, cell_id, cell_type, status, updated_at FROM registry ORDER BY path"
-        )
-        return {r[0]: RegistryRow(*r) for r in rows}
 
     async def message_log(self, trace_id: str | None = None) -> list[MessageLogEntry]:
         await self.flush()

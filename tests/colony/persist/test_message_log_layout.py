@@ -16,6 +16,7 @@ from colony.persist.db import ColonyDb
 from colony.persist.items import Unit
 from colony.persist.records import read_log
 from colony.persist.schema import ColonyDbError, probe
+from colony.persist.source import Source
 
 BODY = {"messages": [{"origin": "user", "type": "text", "text": "ping"}]}
 
@@ -163,7 +164,7 @@ async def test_a_version_1_colony_db_opens_with_its_message_log_rows_order_and_i
 ) -> None:
     path = tmp_path / "colony.db"
     _version_1_file(path, traces=4)
-    before = read_log(path)  # a reader copes with a file no daemon has upgraded yet
+    before = read_log(Source.sqlite(path))  # a reader copes with a file no daemon has upgraded yet
     trace = before[4].trace_id
     assert probe(path) is None  # version 1 is one this daemon opens
 
@@ -174,8 +175,10 @@ async def test_a_version_1_colony_db_opens_with_its_message_log_rows_order_and_i
         assert schema["message_log_indexed"] == "table"
         assert schema["message_log_recent"] == "table"
         assert {name for name, kind in schema.items() if kind == "index"} >= LOG_INDEXES
-        assert read_log(path) == before
-        assert read_log(path, trace) == [row for row in before if row.trace_id == trace]
+        assert read_log(Source.sqlite(path)) == before
+        assert read_log(Source.sqlite(path), trace) == [
+            row for row in before if row.trace_id == trace
+        ]
 
         added = _chain(2)
         await db.commit(Unit(logs=added))
@@ -193,7 +196,7 @@ async def test_a_version_1_colony_db_opens_with_its_message_log_rows_order_and_i
         last_old + n for n in range(1, len(added) + 1)
     ]
     ColonyDb(path).close()  # a second open finds nothing to upgrade
-    assert read_log(path)[: len(before)] == before
+    assert read_log(Source.sqlite(path))[: len(before)] == before
 
 
 async def test_message_log_rows_move_to_the_indexed_table_in_bulk_and_read_as_one_log(

@@ -107,7 +107,9 @@ async def test_a_lone_surrogate_is_stored_escaped_and_reads_back_as_the_same_str
         assert entry.message.target == "/caf\udce9"
         db.set_registry("/caf\udce9", "id-1", "code", "active")
         await db.flush()
-        assert {p: r.cell_id for p, r in read_registry(db.path).items()} == {"/caf\\udce9": "id-1"}
+        assert {p: r.cell_id for p, r in read_registry(db.source).items()} == {
+            "/caf\\udce9": "id-1"
+        }
         assert db.statistics().rejected == 0
     finally:
         db.close()
