@@ -275,10 +275,11 @@ app.add_typer(dead_letters_app, name="dead-letters")
 
 
 def _database(root: Path) -> Source:
+    from colony.config.loader import cluster_of
     from colony.persist.source import source_for_root
 
-    # dsn=None: the tree's cluster block is not read here yet (ColonyConfig.cluster.dsn).
-    db = source_for_root(root, None)
+    cluster = cluster_of(root)  # a cluster's rows are in its database, not in colony.db
+    db = source_for_root(root, None if cluster is None else cluster.dsn)
     if not db.exists():
         raise _usage_error(f"--root {root}: no colony.db (has a daemon run on this root?)")
     return db

@@ -27,7 +27,7 @@ from colony.config import discovery, headers, reading
 from colony.config.diagnostics import Diagnostic, Severity, format_path, has_errors
 from colony.config.jsonpos import Path as JsonPath
 from colony.config.jsonpos import Positions
-from colony.config.models import CellConfig, ColonyConfig, HiveConfig, Modifier
+from colony.config.models import CellConfig, ClusterConfig, ColonyConfig, HiveConfig, Modifier
 from colony.config.schema_errors import closest, diagnostics_from, json_type_name, tainted
 from colony.config.substitute import (
     EnvFileError,
@@ -709,6 +709,19 @@ def _substitution_text(code: str, token: str) -> tuple[str, str]:
         f"{token} is not a supported substitution",
         "use ${VAR} or ${VAR:-default}; write $${...} for a literal.",
     )
+
+
+def cluster_of(root: Path, env_file: Path | None = None) -> ClusterConfig | None:
+    """The ``cluster`` block of ``<root>/colony.json`` (``${VAR}`` resolved as at boot), for
+    operator commands that read the colony's database: the cluster's when there is one. None
+    without a block, or when colony.json cannot be read (the command then reads colony.db and
+    says so if there is none; ``--validate`` names what is wrong)."""
+    try:
+        file_values = load_env_file(env_file if env_file is not None else root / ".env")
+    except EnvFileError:
+        file_values = {}
+    colony = load_colony_config(root, [], Variables(file_values))
+    return None if colony is None else colony.cluster
 
 
 def load_tree(
