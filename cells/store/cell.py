@@ -225,6 +225,8 @@ class StoreCell:
         dialect, prefix, mark = self.dialect, self.prefix, self.dialect.mark
         text, integer = dialect.types["text"], dialect.types["int"]
         dialect.lock(conn, prefix)
+        if seed and self.shared and dialect.tables_of(conn, prefix):
+            seed = {}  # another daemon made this store's tables since it looked: not fresh
         receipts, params = self._name(_RECEIPTS_TABLE), self._name(_PARAMS_TABLE)
         dialect.create(
             conn,

@@ -38,8 +38,10 @@ from __future__ import annotations
 import hashlib
 import re
 import sqlite3
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from decimal import Decimal
 from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -392,8 +394,9 @@ def pg_identifier(name: str) -> str:
     """``name`` as PostgreSQL can keep it: itself when it fits 63 bytes of UTF-8, else a
     readable start and ``~`` and 10 hex digits of its SHA-256 (deterministic, unique but for a
     hash collision). A name holding ``%`` (psycopg's placeholder mark), a NUL or a character
-    UTF-8 cannot encode is hashed too, with those characters shown as ``_``, and so is a name
-    already ending like a hashed one, so that no two names meet."""
+    UTF-8 cannot encode is hashed too, with those characters shown as ``_``, and so are a name
+    already ending like a hashed one (no two names meet) and the empty name (PostgreSQL
+    refuses an empty identifier)."""
     try:
         raw = name.encode()
     except UnicodeEncodeError:
@@ -430,19 +433,19 @@ def sqlite_number(text: str) -> int | float | None:
 
 
 def sqlite_real_text(value: float) -> str:
-    """A float as SQLite stores it in a text column (``%!.15g``: 15 significant digits, and
-    always a decimal point)."""
-    if value != value:  # NaN is NULL on SQLite; JSON never carries one
-        return "NaN"
-    if value in (float("inf"), float("-inf")):
-        return "Inf" if value > 0 else "-Inf"
-    if value == 0:
-        return "0.0"
-    text = f"{value:.15g}"
-    mantissa, e, exponent = text.partition("e")
-    if "." not in mantissa:
-        mantissa += ".0"
-    return mantissa + e + exponent
+    """A float as SQLite stores it in a text column, asked of SQLite itself: its printf
+    (``%!.15g``) rounds some numbers past 1e16 otherwise than a correctly rounded one would."""
+    with _REAL_TEXT_LOCK:
+        (text,) = _real_text_conn().execute("SELECT CAST(? AS TEXT)", (value,)).fetchone()
+    return str(text)
+
+
+_REAL_TEXT_LOCK = threading.Lock()
+
+
+@cache
+def _real_text_conn() -> sqlite3.Connection:
+    return sqlite3.connect(":memory:", check_same_thread=False)
 
 
 class PostgresDialect(Dialect):
@@ -471,6 +474,8 @@ class PostgresDialect(Dialect):
 
     def value(self, kind: Any, column: str | None, value: Any, *, stored: bool) -> Any:
         value = bind(value)
+        if not isinstance(kind, str):
+            kind = None  # no column to take the type of (planning against every name)
         where = f"column {column}" if column is not None else "limit"
         if isinstance(value, str):
             if "\x00" in value:
@@ -493,13 +498,17 @@ class PostgresDialect(Dialect):
         if isinstance(value, float):
             if kind in TEXTUAL:
                 return sqlite_real_text(value)
-            if kind == "int" and stored:
+            if kind == "int":
                 if value.is_integer() and INT64_MIN <= value < 2.0**63:
                     return int(value)
-                return Refused(
-                    f"{where}: {dumps_sorted(value)} is not an integer; on PostgreSQL an int "
-                    "column holds integers only"
-                )
+                if stored:
+                    return Refused(
+                        f"{where}: {dumps_sorted(value)} is not an integer; on PostgreSQL an "
+                        "int column holds integers only"
+                    )
+                # Compared exactly, as SQLite compares an integer with a real (a float8 would
+                # round the column's integers past 2**53 first).
+                return Decimal(value)
         return value
 
     def select(
@@ -646,12 +655,17 @@ class PostgresDialect(Dialect):
         )
 
     def create(self, conn: psycopg.Connection[Any], prefix: str, table: str, columns: str) -> None:
+        self._create(conn, prefix, table, columns, "")
+
+    def _create(
+        self, conn: psycopg.Connection[Any], prefix: str, table: str, columns: str, row_key: str
+    ) -> None:
         name = self.table(prefix, table)
         if self._exists(conn, name):
             return
         conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {name} ({ROW} bigint GENERATED ALWAYS AS IDENTITY, "
-            f"{columns})"
+            f"CREATE TABLE IF NOT EXISTS {name} "
+            f"({ROW} bigint GENERATED ALWAYS AS IDENTITY{row_key}, {columns})"
         )
         self._comment(conn, "TABLE", name, prefix + table)
 
@@ -662,7 +676,9 @@ class PostgresDialect(Dialect):
         present = {column for column, _ in self.columns_of(conn, prefix, table)}
         if not present:
             definition = ", ".join(f'"{c}" {types[t]}' for c, t in sorted(columns.items()))
-            self.create(conn, prefix, table, definition)
+            # Keyed by "~row", as SQLite's table is by its rowid: a select in write order with
+            # a limit reads the first rows, it does not sort the whole table.
+            self._create(conn, prefix, table, definition, " PRIMARY KEY")
             return
         name = self.table(prefix, table)
         for column, kind in sorted(columns.items()):
