@@ -39,6 +39,7 @@ import hashlib
 import re
 import sqlite3
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from decimal import Decimal
@@ -99,7 +100,7 @@ class Refused:
         self.why = why
 
 
-class Dialect:
+class Dialect(ABC):
     """What a store needs of its database. :class:`SqliteDialect` and
     :class:`PostgresDialect` are the two."""
 
@@ -115,15 +116,18 @@ class Dialect:
 
     # -- names and SQL text (pure) ---------------------------------------------------------
 
+    @abstractmethod
     def table(self, prefix: str, table: str) -> str:
         """The store table ``table`` as an SQL identifier (quoted)."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def value(self, kind: Any, column: str | None, value: Any, *, stored: bool) -> Any:
         """A JSON value as the parameter for ``column`` of ``kind`` (None: no column, a
         limit): ``stored`` into it, or compared with it."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def select(
         self,
         name: str,
@@ -138,78 +142,92 @@ class Dialect:
         """A select of ``columns`` (checked names) from the table ``name`` (quoted), with
         ``where`` (a clause or ""), ``order`` (``(column, "asc" | "desc")``), in write order
         for every tie; ``limit``: ends with a placeholder for the limit."""
-        raise NotImplementedError
+        ...
 
     # -- running statements ----------------------------------------------------------------
 
+    @abstractmethod
     def execute(self, conn: Connection, sql: str, values: Sequence[Any]) -> Any:
         """Run one planned statement; its cursor."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def write(self, conn: Connection, sql: str, values: Sequence[Any]) -> int:
         """Run one planned write inside the current transaction; the rows it changed. A
         failure leaves the transaction as it was before the statement."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def executemany(self, conn: Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        raise NotImplementedError
+        """Run one statement once per row (seeds, params)."""
+        ...
 
+    @abstractmethod
     def bounded(self, conn: Connection, timeout_ms: int | None) -> Any:
         """A context in which statements past ``timeout_ms`` raise
         :class:`~cells.cellfile.QueryTimeoutError` (None: never)."""
-        raise NotImplementedError
+        ...
 
-    def in_transaction(self, conn: Connection) -> bool:
-        raise NotImplementedError
+    @abstractmethod
+    def in_transaction(self, conn: Connection) -> bool: ...
 
+    @abstractmethod
     def error_code(self, exc: Exception) -> str:
         """The reply's ``error_code`` for SQL that failed (one of :attr:`errors`)."""
-        raise NotImplementedError
+        ...
 
     def error_text(self, exc: Exception) -> str:
         """The reply's text for SQL that failed: the database's one-line message."""
         return str(exc)
 
+    @abstractmethod
     def read_failed_storage(self, exc: BaseException) -> bool:
         """A read that failed for the storage, not the query: raised, not answered."""
-        raise NotImplementedError
+        ...
 
     # -- the store's tables ----------------------------------------------------------------
 
+    @abstractmethod
     def lock(self, conn: Connection, prefix: str) -> None:
         """Hold the store's schema for the rest of the transaction (other daemons wait)."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def tables_of(self, conn: Connection, prefix: str) -> list[str]:
         """The names (prefix removed) of the store's tables, sorted."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def columns_of(self, conn: Connection, prefix: str, table: str) -> list[tuple[str, str]]:
         """``(column, kind)`` of a store table, in order (none: no such table)."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def create(self, conn: Connection, prefix: str, table: str, columns: str) -> None:
         """Create a table of the store from its column definitions, unless it exists."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def ensure_table(
         self, conn: Connection, prefix: str, table: str, columns: Mapping[str, str]
     ) -> None:
         """Create the table with ``columns`` (``{column: kind}``), or add those it lacks."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def create_table(
         self, conn: Connection, prefix: str, table: str, columns: Mapping[str, str]
     ) -> None:
         """:meth:`ensure_table` for the ``create_table`` operation, on a store that is open."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def make_index(
         self, conn: Connection, prefix: str, table: str, keys: Sequence[str], most: int
     ) -> None:
         """Index ``keys`` of the table unless it already has that index or ``most`` of its
         own indexes."""
-        raise NotImplementedError
+        ...
 
 
 def _listed(columns: Sequence[str]) -> str:
@@ -465,7 +483,7 @@ class PostgresDialect(Dialect):
             import psycopg
         except ImportError:
             raise ImportError(
-                "a store on PostgreSQL needs psycopg 3: pip install 'colony[cluster]'"
+                "a store on PostgreSQL needs psycopg 3: pip install -e '.[cluster]'"
             ) from None
         self.errors = (psycopg.Error,)
 
