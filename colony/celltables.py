@@ -51,9 +51,10 @@ _PG_STORAGE_CLASSES = frozenset({"08", "53", "58", "XX"})
 """PostgreSQL SQLSTATE classes that blame the server or the connection: connection exception,
 insufficient resources (disk full, out of memory, too many connections), system error,
 internal error (data or index corrupted)."""
-_PG_STORAGE_STATES = frozenset({"40001", "40P01", "40003"})
-"""Serialization failure, deadlock, statement completion unknown: the transaction lost a race
-or its outcome is unknown, not its data; run again, it goes through."""
+_PG_STORAGE_STATES = frozenset({"40001", "40P01", "40003", "55P03"})
+"""Serialization failure, deadlock, statement completion unknown, a lock not had within
+``lock_timeout`` (SQLite's ``SQLITE_BUSY``): the transaction lost a race or its outcome is
+unknown, not its data; run again, it goes through."""
 
 
 def storage_failure(exc: BaseException) -> bool:

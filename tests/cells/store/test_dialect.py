@@ -162,6 +162,12 @@ def test_postgresql_errors_that_blame_the_server_or_the_connection_are_storage_f
             data_errors.append(caught.value)
         conn.execute("SET statement_timeout = 0")
         assert [storage_failure(exc) for exc in data_errors] == [False] * 5
+        with psycopg.connect(pg_schema.dsn) as holder, psycopg.connect(pg_schema.dsn) as waiter:
+            holder.execute("UPDATE t SET k = 2 WHERE k = 1")  # holds the row
+            waiter.execute("SET lock_timeout = 10")
+            with pytest.raises(psycopg.errors.LockNotAvailable) as busy:
+                waiter.execute("UPDATE t SET k = 3 WHERE k = 1")
+        assert storage_failure(busy.value)  # another daemon's lock, as SQLITE_BUSY: run again
         with psycopg.connect(pg_schema.dsn, autocommit=True) as victim:
             conn.execute("SELECT pg_terminate_backend(%s)", (victim.info.backend_pid,))
             with pytest.raises(psycopg.OperationalError) as shut:
