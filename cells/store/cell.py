@@ -9,10 +9,14 @@ In a colony the tables live in ``colony.db``, named ``"<cell path>:<table>"``
 transaction, and the hand-off that answers it (the ack of the message that asked, the reply's
 delivery) joins that transaction: the write, its receipt and the reply commit as one step,
 group-committed with everything else. A read runs on the event loop on a read connection and
-sees every write before it; ``query_timeout_ms`` interrupts a long one through SQLite's
-progress handler (a write inside the colony's transaction is not interrupted: that would roll
-back other cells' hand-offs). A store built without a colony keeps its own ``cell.db``
-(:class:`cells.store.tables.OwnFile`); an old ``cell.db`` is moved into ``colony.db`` once.
+sees every write before it; ``query_timeout_ms`` interrupts a long one (a write inside the
+colony's transaction is not interrupted: that would roll back other cells' hand-offs). A store
+built without a colony keeps its own ``cell.db`` (:class:`cells.store.tables.OwnFile`); an old
+``cell.db`` is moved into ``colony.db`` once.
+
+The same store runs on a cluster's PostgreSQL when its tables say so
+(:attr:`colony.celltables.CellTables.dialect`): every difference in the SQL, the types and the
+errors is in :mod:`cells.store.dialect`, and this module runs its SQL only through it.
 
 A reply is one ``tool_result`` turn on the call's id with hop ``{operation, rows_affected,
 duration_ms}``. SQL failures are ordinary results carrying ``hop.error_code``; a malformed call
@@ -28,33 +32,24 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
-from cells.cellfile import CELL_DB, QueryTimeoutError, bounded
+from cells.cellfile import CELL_DB, QueryTimeoutError
+from cells.store.dialect import Connection, Dialect, ValueMismatchError, dialect_of
 from cells.store.ops import (
     WRITES,
     ArgsError,
     Plan,
     Plans,
     UnknownNameError,
-    bind,
     call_text,
     parse_args,
     plan,
 )
-from cells.store.params import SQL_TYPES, StoreParams, read_seed
-from cells.store.tables import (
-    OldTable,
-    OwnFile,
-    columns_of,
-    copy_tables,
-    read_cell_db,
-    retire_cell_db,
-    tables_of,
-)
+from cells.store.params import StoreParams, StoreSeedError, read_seed
+from cells.store.tables import OldTable, OwnFile, copy_tables, read_cell_db, retire_cell_db
 from cells.text import dumps_sorted
 from cells.toolcall import tool_error, tool_result
 from colony.cell import CellSpec, Emission
@@ -69,7 +64,6 @@ _RECEIPTS_KEPT_S = 7 * 24 * 3600
 """Receipts older than this are dropped at open: a redelivery comes at the next boot."""
 _INTERNAL = (_PARAMS_TABLE, _RECEIPTS_TABLE)
 _MUTABLE_PARAMS = ("query_timeout_ms",)
-_TYPE_BACK = {"INTEGER": "int", "TEXT": "text"}
 
 
 def _read_back(value: Any) -> Any:
@@ -133,15 +127,25 @@ class StoreCell:
             spec.tables.tables(spec.path) if spec.tables is not None else OwnFile(spec.folder)
         )
         self.prefix = self.tables.prefix
+        self.dialect: Dialect = dialect_of(self.tables.dialect)
+        self._failed: tuple[type[Exception], ...] = (
+            QueryTimeoutError,
+            OverflowError,
+            ValueMismatchError,
+            *self.dialect.errors,
+        )
+        """What an operation's SQL can fail with and still be answered."""
         self.plans = Plans()
         self.indexed: set[tuple[str, tuple[str, ...]]] = set()
         """``(table, key columns)`` looked up by a call already (see :meth:`_index`)."""
-        receipts = self._name(_RECEIPTS_TABLE)
-        self._receipt_sql = f"SELECT reply FROM {receipts} WHERE message_id = ?"
-        self._keep_receipt_sql = f"INSERT INTO {receipts}(message_id, reply, at) VALUES (?, ?, ?)"
+        receipts, mark = self._name(_RECEIPTS_TABLE), self.dialect.mark
+        self._receipt_sql = f"SELECT reply FROM {receipts} WHERE message_id = {mark}"
+        self._keep_receipt_sql = (
+            f"INSERT INTO {receipts}(message_id, reply, at) VALUES ({mark}, {mark}, {mark})"
+        )
 
     def _name(self, table: str) -> str:
-        return quoted(self.prefix + table)
+        return self.dialect.table(self.prefix, table)
 
     # -- the database ---------------------------------------------------------------------
 
@@ -150,7 +154,9 @@ class StoreCell:
         declares and read back what ``create_table`` and ``params`` left."""
         fresh = isinstance(self.tables, OwnFile) and self.tables.fresh
         if self.shared:
-            present = await self.tables.write(lambda conn: tables_of(conn, self.prefix))
+            present = await self.tables.write(
+                lambda conn: self.dialect.tables_of(conn, self.prefix)
+            )
             migrated = await self._migrate(present)
             fresh = not present and not migrated
         seed = self._read_seeds() if fresh else {}
@@ -165,6 +171,17 @@ class StoreCell:
             return False
         file = Path(self.folder) / CELL_DB
         if not file.is_file():
+            return False
+        if not self.dialect.migrates_cell_db:
+            if self.log is not None:
+                self.log.warning(
+                    "store_cell_db_ignored",
+                    cell=self.path,
+                    file=str(file),
+                    detail=f"this store's tables are on {self.dialect.name}; an old cell.db is "
+                    "not moved there (copy its rows with an insert per row, then rename or "
+                    "remove it)",
+                )
             return False
         if present:
             if self.log is not None:
@@ -202,49 +219,59 @@ class StoreCell:
                 seeds[table] = read_seed(file, columns)
         return seeds
 
-    def _prepare(self, conn: sqlite3.Connection, seed: dict[str, list[dict[str, Any]]]) -> Any:
+    def _prepare(self, conn: Connection, seed: dict[str, list[dict[str, Any]]]) -> Any:
         """Runs as one write: the receipts and params tables, the declared tables, seeds;
         returns the query timeout the params overlay holds."""
+        dialect, prefix, mark = self.dialect, self.prefix, self.dialect.mark
+        text, integer = dialect.types["text"], dialect.types["int"]
+        dialect.lock(conn, prefix)
+        if seed and self.shared and dialect.tables_of(conn, prefix):
+            seed = {}  # another daemon made this store's tables since it looked: not fresh
         receipts, params = self._name(_RECEIPTS_TABLE), self._name(_PARAMS_TABLE)
-        conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {receipts} "
-            "(message_id TEXT PRIMARY KEY, reply TEXT NOT NULL, at INTEGER NOT NULL)"
+        dialect.create(
+            conn,
+            prefix,
+            _RECEIPTS_TABLE,
+            f"message_id {text} PRIMARY KEY, reply {text} NOT NULL, at {integer} NOT NULL",
         )
-        conn.execute(f"DELETE FROM {receipts} WHERE at < ?", (int(time.time()) - _RECEIPTS_KEPT_S,))
-        conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {params} "
-            "(key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at INTEGER NOT NULL)"
+        dialect.execute(
+            conn,
+            f"DELETE FROM {receipts} WHERE at < {mark}",
+            (int(time.time()) - _RECEIPTS_KEPT_S,),
+        )
+        dialect.create(
+            conn,
+            prefix,
+            _PARAMS_TABLE,
+            f"key {text} PRIMARY KEY, value {text} NOT NULL, updated_at {integer} NOT NULL",
         )
         for table, columns in self.schema.items():
-            self._ensure_table(conn, table, columns)
+            dialect.ensure_table(conn, prefix, table, columns)
         # Tables made at runtime by create_table are part of the schema too.
-        for name in tables_of(conn, self.prefix):
+        for name in dialect.tables_of(conn, prefix):
             if name in self.schema or name in _INTERNAL:
                 continue
-            self.schema[name] = {
-                column: _TYPE_BACK.get(kind, "text")
-                for column, kind in columns_of(conn, self.prefix + name)
-            }
+            self.schema[name] = dict(dialect.columns_of(conn, prefix, name))
         for table, rows in seed.items():
-            names = sorted(self.params.schema_[table])
-            conn.executemany(
-                f"INSERT INTO {self._name(table)} ({', '.join(quoted(c) for c in names)}) "
-                f"VALUES ({', '.join('?' for _ in names)})",
-                [[bind(row.get(c)) for c in names] for row in rows],
-            )
+            kinds = self.params.schema_[table]
+            names = sorted(kinds)
+            try:
+                dialect.executemany(
+                    conn,
+                    f"INSERT INTO {self._name(table)} ({', '.join(quoted(c) for c in names)}) "
+                    f"VALUES ({', '.join(mark for _ in names)})",
+                    [
+                        [dialect.value(kinds[c], c, row.get(c), stored=True) for c in names]
+                        for row in rows
+                    ],
+                )
+            except ValueMismatchError as exc:
+                raise StoreSeedError(f"seed/{table}.jsonl: {exc}") from None
         overlay = {
-            str(k): json.loads(v) for k, v in conn.execute(f"SELECT key, value FROM {params}")
+            str(k): json.loads(v)
+            for k, v in dialect.execute(conn, f"SELECT key, value FROM {params}", ())
         }
         return overlay.get("query_timeout_ms", self.query_timeout_ms)
-
-    def _ensure_table(self, conn: sqlite3.Connection, table: str, columns: dict[str, str]) -> None:
-        name = self._name(table)
-        definition = ", ".join(f'"{c}" {SQL_TYPES[t]}' for c, t in sorted(columns.items()))
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {name} ({definition})")
-        present = {column for column, _ in columns_of(conn, self.prefix + table)}
-        for column, kind in sorted(columns.items()):
-            if column not in present:
-                conn.execute(f'ALTER TABLE {name} ADD COLUMN "{column}" {SQL_TYPES[kind]}')
 
     async def close(self) -> None:
         await self.tables.close()
@@ -286,7 +313,7 @@ class StoreCell:
             )
         if step is None:
             try:
-                step = plan(args, self.schema, self.prefix)
+                step = plan(args, self.schema, self.prefix, self.dialect)
             except ArgsError as exc:
                 return _error(exc.operation, "invalid_input", exc.text, "")
             except UnknownNameError as exc:
@@ -314,23 +341,14 @@ class StoreCell:
         those made in earlier runs; one that cannot be made is logged and the call goes on
         without it."""
         self.indexed.add((table, keys))
-        name = f"{self.prefix}{table}:by:{','.join(keys)}"
-        columns = ", ".join(quoted(k) for k in keys)
-        create = f"CREATE INDEX IF NOT EXISTS {quoted(name)} ON {self._name(table)} ({columns})"
-        made = (
-            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
-            "AND substr(name, 1, ?) = ?"
-        )
-        mine = f"{self.prefix}{table}:by:"
+        dialect, prefix = self.dialect, self.prefix
 
-        def make(conn: sqlite3.Connection) -> None:
-            present = {row[0] for row in conn.execute(made, (self.prefix + table, len(mine), mine))}
-            if name not in present and len(present) < AUTO_INDEXES:
-                conn.execute(create).close()
+        def make(conn: Connection) -> None:
+            dialect.make_index(conn, prefix, table, keys, AUTO_INDEXES)
 
         try:
             await self.tables.write(make)
-        except sqlite3.Error as exc:
+        except dialect.errors as exc:
             if self.log is not None:
                 self.log.warning(
                     "store_index_failed",
@@ -341,29 +359,31 @@ class StoreCell:
                     detail="calls on this table still work, scanning it",
                 )
 
-    def _select(
-        self, conn: sqlite3.Connection, step: Plan, call_id: str, started: float
-    ) -> JsonObject:
+    def _select(self, conn: Connection, step: Plan, call_id: str, started: float) -> JsonObject:
+        dialect = self.dialect
         try:
             if self.query_timeout_ms:
-                with bounded(conn, self.query_timeout_ms):
-                    rows = conn.execute(step.sql, step.values).fetchall()
+                with dialect.bounded(conn, self.query_timeout_ms):
+                    rows = dialect.execute(conn, step.sql, step.values).fetchall()
             else:
-                rows = conn.execute(step.sql, step.values).fetchall()
-        except (QueryTimeoutError, sqlite3.Error, OverflowError) as exc:
-            return _failure(step.operation, exc, started, call_id)
+                rows = dialect.execute(conn, step.sql, step.values).fetchall()
+        except self._failed as exc:
+            if dialect.read_failed_storage(exc):
+                raise  # the connection, not the query: the tables reconnect (or the cell restarts)
+            return _failure(dialect, step.operation, exc, started, call_id)
         return _result(
             step.operation, len(rows), started, _rows_json(step.columns, rows), call_id, None
         )
 
     def _write(
-        self, conn: sqlite3.Connection, message_id: str, step: Plan, call_id: str, started: float
+        self, conn: Connection, message_id: str, step: Plan, call_id: str, started: float
     ) -> JsonObject:
         """One write and its receipt (run where the tables are: in colony.db, on the writer
         thread inside the transaction that will carry the reply); a message already answered
         gets the recorded reply."""
+        dialect = self.dialect
         if self.receipts:
-            row = conn.execute(self._receipt_sql, (message_id,)).fetchone()
+            row = dialect.execute(conn, self._receipt_sql, (message_id,)).fetchone()
             if row is not None:
                 recorded: JsonObject = json.loads(row[0])
                 return recorded
@@ -371,24 +391,26 @@ class StoreCell:
             # Own file: bounded like a read. colony.db: never interrupted (see the docstring).
             timeout_ms = None if self.shared else self.query_timeout_ms
             if step.operation == "create_table":
-                with bounded(conn, timeout_ms):
-                    self._ensure_table(conn, step.table, step.new_columns)
+                with dialect.bounded(conn, timeout_ms):
+                    dialect.create_table(conn, self.prefix, step.table, step.new_columns)
                 rows_affected = 0
             elif timeout_ms:
-                with bounded(conn, timeout_ms):
-                    rows_affected = conn.execute(step.sql, step.values).rowcount
+                with dialect.bounded(conn, timeout_ms):
+                    rows_affected = dialect.write(conn, step.sql, step.values)
             else:
-                rows_affected = conn.execute(step.sql, step.values).rowcount
+                rows_affected = dialect.write(conn, step.sql, step.values)
         except QueryTimeoutError as exc:
-            return _failure(step.operation, exc, started, call_id)  # no receipt: ask again
-        except (sqlite3.Error, OverflowError) as exc:
+            return _failure(dialect, step.operation, exc, started, call_id)  # no receipt: ask again
+        except self._failed as exc:
             if storage_failure(exc):
                 raise  # the storage's fault: the transaction is retried, with this write
-            reply = _failure(step.operation, exc, started, call_id)
+            reply = _failure(dialect, step.operation, exc, started, call_id)
         else:
             reply = _result(step.operation, rows_affected, started, "null", call_id, None)
-        if self.receipts and conn.in_transaction:
-            conn.execute(self._keep_receipt_sql, (message_id, json.dumps(reply), int(time.time())))
+        if self.receipts and dialect.in_transaction(conn):
+            dialect.execute(
+                conn, self._keep_receipt_sql, (message_id, json.dumps(reply), int(time.time()))
+            )
             crash_point("store.write")
         return reply
 
@@ -405,38 +427,28 @@ class StoreCell:
                 return "params.query_timeout_ms must be an integer >= 1 or null"
         now = int(time.time())
         rows = [(key, json.dumps(value), now) for key, value in update.items()]
+        dialect, mark = self.dialect, self.dialect.mark
         sql = (
-            f"INSERT INTO {self._name(_PARAMS_TABLE)} (key, value, updated_at) VALUES (?, ?, ?) "
+            f"INSERT INTO {self._name(_PARAMS_TABLE)} (key, value, updated_at) "
+            f"VALUES ({mark}, {mark}, {mark}) "
             "ON CONFLICT (key) DO UPDATE SET value = excluded.value, "
             "updated_at = excluded.updated_at"
         )
-        await self.tables.write(lambda conn: conn.executemany(sql, rows).rowcount)
+        await self.tables.write(lambda conn: dialect.executemany(conn, sql, rows))
         self.query_timeout_ms = update.get("query_timeout_ms", self.query_timeout_ms)
         return None
 
 
-def _classify(exc: sqlite3.Error) -> str:
-    text = str(exc).lower()
-    if isinstance(exc, sqlite3.IntegrityError):
-        return "constraint_violation"
-    if "datatype mismatch" in text:
-        return "type_mismatch"
-    if "no such table" in text:
-        return "unknown_table"
-    if "has no column named" in text or "no such column" in text:
-        return "unknown_column"
-    return "sql_error"
-
-
-def _failure(operation: str, exc: Exception, started: float, call_id: str) -> JsonObject:
-    """The reply to an operation whose SQL failed: timed out, refused by SQLite, or given a
-    number SQLite cannot hold."""
+def _failure(
+    dialect: Dialect, operation: str, exc: Exception, started: float, call_id: str
+) -> JsonObject:
+    """The reply to an operation whose SQL failed: timed out, refused by the database, or
+    given a value the database cannot hold."""
     if isinstance(exc, QueryTimeoutError):
         return _error(operation, "query_timeout", "query exceeded query_timeout_ms", "")
-    if isinstance(exc, OverflowError):
+    if isinstance(exc, OverflowError | ValueMismatchError):
         return _result(operation, 0, started, str(exc), call_id, "type_mismatch")
-    assert isinstance(exc, sqlite3.Error)
-    return _result(operation, 0, started, str(exc), call_id, _classify(exc))
+    return _result(operation, 0, started, dialect.error_text(exc), call_id, dialect.error_code(exc))
 
 
 def _result(

@@ -2,9 +2,11 @@
 
 Pure: no connection here. Every table and column name is checked — first that it is an
 identifier, then that the schema declares it — before it is quoted into SQL, and every value
-is a bound parameter. A malformed call is :class:`ArgsError` (``invalid_input``); a name the
-schema lacks is :class:`UnknownNameError` (``unknown_table`` / ``unknown_column``, reported like an
-SQL error). The shape of a call is judged before any name is looked up, so whether a call is
+is a bound parameter. The SQL is spelt by a :class:`~cells.store.dialect.Dialect` (SQLite's
+unless told), which also turns each value into what that database stores or compares. A
+malformed call is :class:`ArgsError` (``invalid_input``); a name the schema lacks is
+:class:`UnknownNameError` (``unknown_table`` / ``unknown_column``, reported like an SQL
+error). The shape of a call is judged before any name is looked up, so whether a call is
 well formed never depends on the schema (``select`` with ``columns: []`` is ``invalid_input``
 on any table, existing or not).
 """
@@ -15,9 +17,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cells.store.params import SQL_TYPES, identifier_problem
-from cells.text import dumps_sorted
-from colony.celltables import quoted
+from cells.store.dialect import SQLITE, Dialect
+from cells.store.params import COLUMN_KINDS, identifier_problem
 from colony.jsonwire import JsonRefused, loads
 
 Schema = Mapping[str, Mapping[str, str]]
@@ -65,15 +66,6 @@ class Plan:
     keys: tuple[str, ...] = ()
     """The columns its ``where`` pins to one value or a list (``=``, ``eq``, ``in``), sorted:
     what an index would look rows up by."""
-
-
-def bind(value: Any) -> Any:
-    """A JSON value as an SQLite parameter: bools as 1/0, objects and arrays as JSON text."""
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, dict | list):
-        return dumps_sorted(value)
-    return value
 
 
 def parse_call(messages: Any) -> tuple[str, dict[str, Any]]:
@@ -164,28 +156,39 @@ def _listed(columns: Iterable[str]) -> str:
     return '"' + '", "'.join(columns) + '"'
 
 
-def _scalar(operation: str, value: Any, what: str) -> Any:
-    if isinstance(value, dict | list):
-        raise ArgsError(operation, f"{operation}: {what} must be a scalar")
-    return bind(value)
+@dataclass(frozen=True, slots=True)
+class _Site:
+    """Where a call's values go: the dialect that binds them, the table's columns."""
+
+    dialect: Dialect
+    columns: Mapping[str, Any]
+
+    def compared(self, operation: str, column: str, value: Any, what: str) -> Any:
+        if isinstance(value, dict | list):
+            raise ArgsError(operation, f"{operation}: {what} must be a scalar")
+        return self.dialect.value(self.columns.get(column), column, value, stored=False)
+
+    def stored(self, column: str, value: Any) -> Any:
+        return self.dialect.value(self.columns.get(column), column, value, stored=True)
 
 
-def _comparison(operation: str, column: str, spec: Any) -> tuple[str, list[Any]]:
+def _comparison(operation: str, column: str, spec: Any, site: _Site) -> tuple[str, list[Any]]:
+    mark = site.dialect.mark
     if not isinstance(spec, dict):
-        return f'"{column}" = ?', [_scalar(operation, spec, f"where.{column}")]
+        return f'"{column}" = {mark}', [site.compared(operation, column, spec, f"where.{column}")]
     if len(spec) != 1:
         raise ArgsError(operation, f"{operation}: where.{column} must hold exactly one operator")
     ((op, value),) = spec.items()
     if op in _COMPARISONS:
-        return f'"{column}" {_COMPARISONS[op]} ?', [
-            _scalar(operation, value, f"where.{column}.{op}")
+        return f'"{column}" {_COMPARISONS[op]} {mark}', [
+            site.compared(operation, column, value, f"where.{column}.{op}")
         ]
     if op == "in":
         if not isinstance(value, list) or not value:
             raise ArgsError(operation, f"{operation}: where.{column}.in must be a non-empty array")
-        marks = ", ".join("?" * len(value))
+        marks = ", ".join([mark] * len(value))
         return f'"{column}" IN ({marks})', [
-            _scalar(operation, v, f"where.{column}.in") for v in value
+            site.compared(operation, column, v, f"where.{column}.in") for v in value
         ]
     if op == "is_null":
         if not isinstance(value, bool):
@@ -199,7 +202,7 @@ def _comparison(operation: str, column: str, spec: Any) -> tuple[str, list[Any]]
 
 
 def _where(
-    operation: str, table: str, where: Any, schema: Schema
+    operation: str, table: str, where: Any, schema: Schema, site: _Site
 ) -> tuple[str, list[Any], tuple[str, ...]]:
     """The WHERE clause, its values, and its key columns (see :attr:`Plan.keys`)."""
     if where is None:
@@ -212,10 +215,10 @@ def _where(
     for name, spec in where.items():
         column = _column(operation, table, name, schema)
         if isinstance(spec, dict) and list(spec) == ["or_null"]:
-            inner, bound = _comparison(operation, column, spec["or_null"])
+            inner, bound = _comparison(operation, column, spec["or_null"], site)
             clauses.append(f'({inner} OR "{column}" IS NULL)')
         else:
-            inner, bound = _comparison(operation, column, spec)
+            inner, bound = _comparison(operation, column, spec, site)
             clauses.append(inner)
             if not isinstance(spec, dict) or list(spec) in (["eq"], ["in"]):
                 keys.append(column)
@@ -225,10 +228,15 @@ def _where(
     return " WHERE " + " AND ".join(clauses), values, tuple(sorted(set(keys)))
 
 
-def _row(operation: str, table: str, row: Any, key: str, schema: Schema) -> dict[str, Any]:
+def _row(
+    operation: str, table: str, row: Any, key: str, schema: Schema, site: _Site
+) -> dict[str, Any]:
     if not isinstance(row, dict) or not row:
         raise ArgsError(operation, f"{operation}: {key} must be a non-empty object")
-    return {_column(operation, table, name, schema): bind(value) for name, value in row.items()}
+    return {
+        column: site.stored(column, value)
+        for column, value in ((_column(operation, table, n, schema), v) for n, v in row.items())
+    }
 
 
 class _Everything(Mapping[str, Any]):
@@ -251,23 +259,24 @@ class _Everything(Mapping[str, Any]):
 _ANY_SCHEMA = _Everything()
 
 
-def plan(args: dict[str, Any], schema: Schema, prefix: str = "") -> Plan:
+def plan(args: dict[str, Any], schema: Schema, prefix: str = "", dialect: Dialect = SQLITE) -> Plan:
     """The statement for one call (see the module docstring for the two error families);
-    ``prefix`` goes before the table's name in the SQL (the cell's namespace in colony.db).
+    ``prefix`` goes before the table's name in the SQL (the cell's namespace in colony.db),
+    ``dialect`` spells it.
 
     Planned against ``schema``; a call naming an unknown table or column is planned again
     against a schema holding every name, so a malformed call is ``invalid_input`` whatever it
     names (``schema`` can only add an unknown table or column to what that pass finds).
     """
     try:
-        return _plan(args, schema, prefix)
+        return _plan(args, schema, prefix, dialect)
     except UnknownNameError:
         # The unknown name may come before a malformed part: that one wins (invalid_input).
-        _plan(args, _ANY_SCHEMA, prefix)
+        _plan(args, _ANY_SCHEMA, prefix, dialect)
         raise
 
 
-def _plan(args: dict[str, Any], schema: Schema, prefix: str) -> Plan:
+def _plan(args: dict[str, Any], schema: Schema, prefix: str, dialect: Dialect) -> Plan:
     operation = args.get("operation")
     if not isinstance(operation, str) or operation not in KNOWN_ARGS:
         raise ArgsError(
@@ -286,11 +295,13 @@ def _plan(args: dict[str, Any], schema: Schema, prefix: str) -> Plan:
     if operation == "create_table":
         return _create_table(args, schema)
     table = _table(operation, args, schema)
-    name = quoted(prefix + table)
+    name = dialect.table(prefix, table)
+    site = _Site(dialect, schema[table])
+    mark = dialect.mark
     if operation == "insert":
-        row = _row(operation, table, args.get("row"), "row", schema)
+        row = _row(operation, table, args.get("row"), "row", schema, site)
         names = _listed(row)
-        marks = ", ".join("?" * len(row))
+        marks = ", ".join([mark] * len(row))
         return Plan(
             operation,
             table,
@@ -298,9 +309,9 @@ def _plan(args: dict[str, Any], schema: Schema, prefix: str) -> Plan:
             list(row.values()),
         )
     if operation == "update":
-        changes = _row(operation, table, args.get("set"), "set", schema)
-        where, bound, keys = _where(operation, table, args.get("where"), schema)
-        sets = '"' + '" = ?, "'.join(changes) + '" = ?'
+        changes = _row(operation, table, args.get("set"), "set", schema, site)
+        where, bound, keys = _where(operation, table, args.get("where"), schema, site)
+        sets = '"' + f'" = {mark}, "'.join(changes) + f'" = {mark}'
         return Plan(
             operation,
             table,
@@ -309,27 +320,22 @@ def _plan(args: dict[str, Any], schema: Schema, prefix: str) -> Plan:
             keys=keys,
         )
     if operation == "delete":
-        where, bound, keys = _where(operation, table, args.get("where"), schema)
+        where, bound, keys = _where(operation, table, args.get("where"), schema, site)
         return Plan(operation, table, f"DELETE FROM {name}{where}", bound, keys=keys)
-    return _select(args, table, schema, name)
+    return _select(args, table, schema, name, site)
 
 
-def _select(args: dict[str, Any], table: str, schema: Schema, name: str) -> Plan:
+def _select(args: dict[str, Any], table: str, schema: Schema, name: str, site: _Site) -> Plan:
     op = "select"
     columns = args.get("columns")
     if not isinstance(columns, list) or not columns:
         raise ArgsError(op, "select: columns is required (a non-empty array of column names)")
     names = [_column(op, table, c, schema) for c in columns]
-    where, values, keys = _where(op, table, args.get("where"), schema)
+    where, values, keys = _where(op, table, args.get("where"), schema, site)
     distinct = args.get("distinct") is True
     if "distinct" in args and not isinstance(args["distinct"], bool):
         raise ArgsError(op, "select: distinct must be true or false")
-    # Rows come in the order they were written, as a scan of the table gives them, whatever
-    # index the store made (StoreCell._index): ``rowid`` breaks every tie, and a distinct
-    # select (whose rows have no one rowid) scans the table as it always did.
-    sql = f"SELECT {'DISTINCT ' if distinct else ''}" + _listed(names)
-    sql += f" FROM {name} NOT INDEXED{where}" if distinct else f" FROM {name}{where}"
-    terms: list[str] = []
+    order: list[tuple[str, str]] = []
     order_by = args.get("order_by")
     if order_by is not None:
         if not isinstance(order_by, list):
@@ -341,25 +347,24 @@ def _select(args: dict[str, Any], table: str, schema: Schema, name: str) -> Plan
             direction = entry.get("dir", "asc")
             if direction not in ("asc", "desc"):
                 raise ArgsError(op, "select: order_by dir must be asc or desc")
-            terms.append(f'"{column}" {direction.upper()}')
-    written = _write_order(schema.get(table, {}))
-    if not distinct and written is not None:
-        terms.append(written)
-    if terms:
-        sql += " ORDER BY " + ", ".join(terms)
+            order.append((column, direction))
     limit = args.get("limit")
     if limit is not None:
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ArgsError(op, "select: limit must be an integer >= 1")
-        sql += " LIMIT ?"
-        values.append(limit)
+        values.append(site.dialect.value(None, None, limit, stored=False))
+    # Rows come in the order they were written, whatever index the store made
+    # (StoreCell._index): the dialect breaks every tie by write order.
+    sql = site.dialect.select(
+        name,
+        names,
+        where,
+        order,
+        distinct=distinct,
+        table_columns=schema.get(table, {}),
+        limit=limit is not None,
+    )
     return Plan(op, table, sql, values, names, keys=keys)
-
-
-def _write_order(columns: Mapping[str, str]) -> str | None:
-    """A name of the table's rowid that no column of it shadows (a column may be named
-    ``rowid``), or None when all three are columns."""
-    return next((name for name in ("rowid", "_rowid_", "oid") if name not in columns), None)
 
 
 def _create_table(args: dict[str, Any], schema: Schema) -> Plan:
@@ -376,6 +381,6 @@ def _create_table(args: dict[str, Any], schema: Schema) -> Plan:
         problem = identifier_problem(name)
         if problem:
             raise ArgsError(op, f"{op}: column {problem}")
-        if kind not in SQL_TYPES:
+        if kind not in COLUMN_KINDS:
             raise ArgsError(op, f"{op}: column {name!r} has type {kind!r}; use text, int or json")
     return Plan(op, table, "", new_columns=dict(columns))

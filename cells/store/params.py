@@ -6,7 +6,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
@@ -16,7 +16,8 @@ from colony.config import reading
 from colony.config.schema_errors import shown
 
 ColumnType = Literal["text", "int", "json"]
-SQL_TYPES = {"text": "TEXT", "int": "INTEGER", "json": "TEXT"}
+COLUMN_KINDS = frozenset(get_args(ColumnType))
+"""The column types a schema may name (each database's SQL type: :mod:`cells.store.dialect`)."""
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cells.cellfile import open_cell_db
+from cells.store.dialect import sqlite_columns, sqlite_tables
 from colony.celltables import CellTables, Work, quoted
 
 T = TypeVar("T")
@@ -27,6 +28,8 @@ MIGRATED_SUFFIX = ".migrated"
 
 class OwnFile(CellTables):
     """A store's tables in its own ``cell.db`` (in memory without a folder)."""
+
+    dialect = "sqlite"
 
     def __init__(self, folder: Path | None) -> None:
         self.prefix = ""
@@ -55,21 +58,6 @@ class OwnFile(CellTables):
         self.conn.close()
 
 
-def tables_of(conn: sqlite3.Connection, prefix: str) -> list[str]:
-    """The names (prefix removed) of the tables whose name starts with ``prefix``."""
-    rows = conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND substr(name, 1, ?) = ? "
-        "AND name NOT LIKE 'sqlite!_%' ESCAPE '!' ORDER BY name",
-        (len(prefix), prefix),
-    ).fetchall()
-    return [str(name)[len(prefix) :] for (name,) in rows]
-
-
-def columns_of(conn: sqlite3.Connection, name: str) -> list[tuple[str, str]]:
-    """``(column, declared type)`` of the table ``name`` (full name), in order."""
-    return [(str(r[1]), str(r[2])) for r in conn.execute(f"PRAGMA table_info({quoted(name)})")]
-
-
 @dataclass(frozen=True, slots=True)
 class OldTable:
     """One table of an old ``cell.db``, read whole."""
@@ -84,8 +72,8 @@ def read_cell_db(file: Path) -> list[OldTable]:
     conn = sqlite3.connect(file, isolation_level=None)
     try:
         found: list[OldTable] = []
-        for name in tables_of(conn, ""):
-            columns = columns_of(conn, name)
+        for name in sqlite_tables(conn, ""):
+            columns = sqlite_columns(conn, name)
             if not columns:
                 continue
             names = ", ".join(quoted(c) for c, _ in columns)

@@ -42,6 +42,8 @@ class _WriteCommitted:
 class ColonyTables(CellTables):
     """One cell's tables in ``colony.db``."""
 
+    dialect = "sqlite"
+
     def __init__(self, db: ColonyDb, cell_path: str) -> None:
         self.db = db
         self.prefix = table_name(cell_path, "")
