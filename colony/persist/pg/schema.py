@@ -20,7 +20,8 @@ from colony.errors import ColonyError
 
 SCHEMA_VERSION = "1"
 
-_LOCK = 0x636F6C6F6E79  # "colony": the advisory lock that serialises creating the tables
+_LOCK = 0x636F6C6F  # "colo": (this, 0) is the advisory lock that serialises creating the tables
+# (the two-int form: the store and the transcript store use the one-bigint form)
 
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -123,7 +124,7 @@ def create(conn: Any, partitions: int) -> None:
     conversation's partition is a hash modulo that count). Raises :class:`ClusterSchemaError`
     when the database was made for another partition count or schema version."""
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
+        conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK,))
         conn.execute(DDL)
         conn.execute(
             "INSERT INTO meta(key, value) VALUES ('schema_version', %s), ('partitions', %s) "

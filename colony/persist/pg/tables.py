@@ -61,7 +61,7 @@ class PgTables(CellTables):
         conn = self._reader
         if conn is None or conn.closed or conn.broken:
             conn = self._reader = psycopg.connect(self.db.dsn, autocommit=True, connect_timeout=5)
-        return work(conn)  # type: ignore[arg-type]  # a psycopg connection: dialect "postgres"
+        return work(conn)  # a psycopg connection: this host says dialect "postgres"
 
     async def close(self) -> None:
         if self._reader is not None:
