@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from colony.envelope import Envelope
 
 T = TypeVar("T")
 
@@ -109,14 +112,22 @@ class CellTables(Protocol):
     never commits nor rolls back; it may use savepoints), and a read's connection is in
     autocommit or ends its transaction after each work."""
 
-    async def write(self, work: Work[T], *, ack: tuple[str, str] | None = None) -> T:
+    async def write(
+        self,
+        work: Work[T],
+        *,
+        ack: tuple[str, str] | None = None,
+        handling: Envelope | None = None,
+    ) -> T:
         """Run ``work`` on the writer's connection, in its current transaction, and return its
         result as soon as it ran (before the commit). ``ack`` is ``(message id, cell path)`` of
         the message being handled: the writer keeps the transaction open, briefly, for the
         hand-off that acknowledges it, so the write and its reply commit together. Nothing
         delivered after that hand-off can see the write uncommitted. A ``work`` that raises a
         storage error is retried with the rest of its transaction; any other exception is
-        raised here, and nothing of that ``work`` is kept."""
+        raised here, and nothing of that ``work`` is kept. ``handling`` is the message being
+        handled: in a cluster, the write is refused (``UnitFenced``) once this node no longer
+        owns that message's conversation, like the hand-off it belongs with."""
         ...
 
     async def committed(self) -> None:

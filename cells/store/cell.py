@@ -325,7 +325,9 @@ class StoreCell:
             return await self.tables.read(lambda conn: self._select(conn, step, call_id, started))
         ack = (message.id, self.path) if self.receipts else None
         reply = await self.tables.write(
-            lambda conn: self._write(conn, message.id, step, call_id, started), ack=ack
+            lambda conn: self._write(conn, message.id, step, call_id, started),
+            ack=ack,
+            handling=message,
         )
         if ack is None:  # no unit commits with the write: the reply waits for its commit
             await self.tables.committed()

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from cells.cellfile import open_cell_db
 from cells.store.dialect import sqlite_columns, sqlite_tables
 from colony.celltables import CellTables, Work, quoted
+from colony.envelope import Envelope
 
 T = TypeVar("T")
 
@@ -35,7 +36,13 @@ class OwnFile(CellTables):
         self.prefix = ""
         self.conn, self.fresh = open_cell_db(folder)
 
-    async def write(self, work: Work[T], *, ack: tuple[str, str] | None = None) -> T:
+    async def write(
+        self,
+        work: Work[T],
+        *,
+        ack: tuple[str, str] | None = None,
+        handling: Envelope | None = None,
+    ) -> T:
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:

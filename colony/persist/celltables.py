@@ -15,6 +15,7 @@ import sqlite3
 from typing import TypeVar
 
 from colony.celltables import CellTables, Work, table_name
+from colony.envelope import Envelope
 from colony.persist.db import ColonyDb, StorageUnavailable
 from colony.persist.schema import connect
 
@@ -51,7 +52,13 @@ class ColonyTables(CellTables):
         """The commit of the last write, until it is seen settled."""
         self._reader: sqlite3.Connection | None = None
 
-    async def write(self, work: Work[T], *, ack: tuple[str, str] | None = None) -> T:
+    async def write(
+        self,
+        work: Work[T],
+        *,
+        ack: tuple[str, str] | None = None,
+        handling: Envelope | None = None,  # (a colony alone owns every conversation)
+    ) -> T:
         self._last = last = _WriteCommitted()
         return await self.db.execute(work, ack, last)
 

@@ -85,7 +85,7 @@ class Execute:
     :class:`Commit`. ``ack`` names the handled message whose unit the writer waits for, briefly,
     before committing, so the write and that unit share one transaction."""
 
-    __slots__ = ("ack", "done", "executed", "work")
+    __slots__ = ("ack", "done", "executed", "fence", "work")
 
     def __init__(
         self,
@@ -93,11 +93,15 @@ class Execute:
         ack: tuple[str, str] | None,
         executed: Callable[[Any, BaseException | None], None],
         done: Done,
+        fence: tuple[int, int | None] | None = None,
     ) -> None:
         self.work = work
         self.ack = ack
         self.executed = executed
         self.done = done
+        self.fence = fence
+        """``(partition, epoch)`` of the message whose handling wrote (a cluster refuses the
+        write once that ownership ended, like the unit it belongs with); None: not fenced."""
 
     def run(self, conn: sqlite3.Connection) -> None:
         """Run the work in a savepoint; a retried transaction runs it again (the same writes

@@ -127,11 +127,15 @@ class PgDb:
         work: Callable[[Any], T],
         ack: tuple[str, str] | None = None,
         done: Callable[[BaseException | None], None] = _ignore,
+        *,
+        fence: tuple[int, int | None] | None = None,
     ) -> asyncio.Future[T]:
+        """As :meth:`ColonyDb.execute`; ``fence`` is the ``(partition, epoch)`` the write was
+        made under (refused with :class:`UnitFenced` once that ownership ended)."""
         if not self._thread.is_alive():
             raise StorageUnavailable("the cluster database is closed")
         executed, report = _result()
-        self._queue.put(Execute(work, ack, report, done))
+        self._queue.put(Execute(work, ack, report, done, fence))
         return executed
 
     def commit_later(self, unit: Unit) -> None:

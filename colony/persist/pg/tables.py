@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from colony.celltables import CellTables, Work, table_name
+from colony.envelope import Envelope
 from colony.persist.celltables import COMMIT_POLL_S, _WriteCommitted
 from colony.persist.pg.db import PgDb
 from colony.persist.writer import StorageUnavailable
@@ -34,9 +35,16 @@ class PgTables(CellTables):
         self._last: _WriteCommitted | None = None
         self._reader: psycopg.Connection[Any] | None = None
 
-    async def write(self, work: Work[T], *, ack: tuple[str, str] | None = None) -> T:
+    async def write(
+        self,
+        work: Work[T],
+        *,
+        ack: tuple[str, str] | None = None,
+        handling: Envelope | None = None,
+    ) -> T:
         self._last = last = _WriteCommitted()
-        return await self.db.execute(work, ack, last)
+        fence = None if handling is None else (handling.partition, handling.epoch)
+        return await self.db.execute(work, ack, last, fence=fence)
 
     async def committed(self) -> None:
         last = self._last

@@ -80,6 +80,12 @@ class PgRows(Rows):
 
     def add(self, conn: Any, piece: Piece) -> None:
         if isinstance(piece, Execute):
+            fence = piece.fence
+            if fence is not None and self.epochs.get(fence[0]) != fence[1]:
+                raise UnitFenced(
+                    f"a cell's write for partition {fence[0]} (epoch {fence[1]}) came after "
+                    "this node's ownership of it ended"
+                )
             _run_cell_sql(piece, conn)
         else:
             super().add(conn, piece)
@@ -242,6 +248,12 @@ class PgWriter(Writer):
                 "nothing of the hand-off was written and the partition's new owner runs the "
                 "message again from the journal",
             )
+            piece.done(exc)
+            return
+        if isinstance(exc, UnitFenced) and isinstance(piece, Execute):
+            self.rejected -= 1
+            self._event("cell_write_fenced", error=str(exc), cell_ack=piece.ack)
+            piece.executed(None, exc)
             piece.done(exc)
             return
         super()._report_rejected(piece, exc)

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from colony.celltables import CellTables, Work, table_name
+from colony.envelope import Envelope
 
 T = TypeVar("T")
 
@@ -54,7 +55,13 @@ class PgTables(CellTables):
                 time.sleep(self.linger_s)
         return result
 
-    async def write(self, work: Work[T], *, ack: tuple[str, str] | None = None) -> T:
+    async def write(
+        self,
+        work: Work[T],
+        *,
+        ack: tuple[str, str] | None = None,
+        handling: Envelope | None = None,
+    ) -> T:
         return await asyncio.to_thread(self._write, work)
 
     async def committed(self) -> None:

@@ -224,3 +224,22 @@ async def test_the_owner_claims_unclaimed_and_stale_rows_in_journal_order(
                 assert await claim(conn, "a", 2, 1) == []  # a's ownership ended: no claim
             finally:
                 await conn.close()
+
+
+async def test_a_cells_write_under_an_ended_epoch_is_refused_and_writes_nothing(
+    pg_schema: PgSchema,
+) -> None:
+    async with node(pg_schema, "a") as (db, owner):
+        await owner.tick()
+        epoch = owner.owned[1]
+
+        def insert(conn: psycopg.Connection[object]) -> int:
+            conn.execute("CREATE TABLE IF NOT EXISTS notes (n int)")
+            return conn.execute("INSERT INTO notes VALUES (1)").rowcount
+
+        assert await db.execute(insert, None, fence=(1, epoch)) == 1
+        await db.flush()
+        with pytest.raises(UnitFenced):
+            await db.execute(insert, None, fence=(1, epoch - 1))
+        await db.flush()
+        assert select(pg_schema, "SELECT count(*) FROM notes") == [(1,)]
