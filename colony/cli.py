@@ -429,6 +429,42 @@ def replay(
     typer.echo(f"replayed #{letter_id} as message {body['message_id']} (trace {body['trace_id']})")
 
 
+cluster_app = typer.Typer(help="Several daemons on one colony (docs/cluster.md).")
+app.add_typer(cluster_app, name="cluster")
+
+
+@cluster_app.command("status")
+def cluster_status(
+    root: RootOption = Path("."),
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+) -> None:
+    """The cluster's nodes, each partition's owner and lease, and its journal depth."""
+    from colony.config.loader import cluster_of
+
+    cluster = cluster_of(root)
+    if cluster is None:
+        raise _usage_error(
+            f"--root {root}: colony.json has no cluster block (or cannot be read: run "
+            f"meclaw --root {root} --validate); a daemon alone has no cluster to show"
+        )
+    from colony.cluster.status import read_status, render
+
+    try:
+        status = read_status(cluster.dsn)
+    except Exception as exc:  # psycopg's errors may quote the DSN: name the kind only
+        raise _failure(
+            f"the cluster database did not answer ({type(exc).__name__}); check cluster.dsn "
+            "and that the server runs"
+        ) from None
+    if as_json:
+        import json
+
+        typer.echo(json.dumps(status.json()))
+        return
+    for line in render(status):
+        typer.echo(line)
+
+
 cells_app = typer.Typer(help="List the cells and their status; revive a failed cell.")
 app.add_typer(cells_app, name="cells", invoke_without_command=True)
 

@@ -215,9 +215,11 @@ async def _serve(
                 lease.announce(api=f"http://{host}:{port}")
             log.info("api_listening", host=api[0], port=port)
         loop_name = _loop_name(loop)
-        log.info("colony_running", loop=loop_name)
+        member = colony.cluster
+        log.info("colony_running", loop=loop_name, node=member.node if member else None)
+        node = f" as cluster node {member.node}" if member is not None else ""
         _say(
-            f"colony running on {display_root} ({_count(len(colony.runners), 'cell')}, "
+            f"colony running on {display_root}{node} ({_count(len(colony.runners), 'cell')}, "
             f"{_count(len(colony.hives), 'hive')}, {_count(len(colony.edges), 'edge')}, "
             f"{loop_name} loop); "
             f"logs {'on stdout' if log_file == STDOUT else f'in {log_file}'}; "

@@ -102,7 +102,26 @@ def document(
             "get": {
                 "summary": "Liveness",
                 "security": [],
-                "responses": {"200": _json({"type": "object"}, "alive")},
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "properties": {
+                                "status": {"type": "string"},
+                                "node": {
+                                    "type": "string",
+                                    "description": "a cluster member's name (docs/cluster.md)",
+                                },
+                                "partitions": {
+                                    "type": "array",
+                                    "items": {"type": "integer"},
+                                    "description": "the partitions this cluster member owns",
+                                },
+                            },
+                        },
+                        "alive",
+                    )
+                },
             }
         },
         "/messages": {
