@@ -27,7 +27,7 @@ from colony.errors import ColonyError
 from colony.ids import uuid7
 from colony.persist.db import PersistenceError
 from colony.persist.schema import MESSAGE_LOG_SELECT
-from colony.persist.source import Dialect, Source
+from colony.persist.source import ReadDialect, Source
 from colony.queries import (
     DeadLettersFilters,
     Filters,
@@ -227,7 +227,7 @@ class _Where:
     """The WHERE clause of a read, built filter by filter: a filter that is None adds
     nothing, so each read lists its filters once, in one line each."""
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: ReadDialect) -> None:
         self.dialect = dialect
         self.clauses: list[str] = []
         self.args: list[Any] = []

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from cells.cellfile import CELL_DB, QueryTimeoutError
-from cells.store.dialect import Connection, Dialect, ValueMismatchError, dialect_of
+from cells.store.dialect import Connection, StoreDialect, ValueMismatchError, dialect_of
 from cells.store.ops import (
     WRITES,
     ArgsError,
@@ -127,7 +127,7 @@ class StoreCell:
             spec.tables.tables(spec.path) if spec.tables is not None else OwnFile(spec.folder)
         )
         self.prefix = self.tables.prefix
-        self.dialect: Dialect = dialect_of(self.tables.dialect)
+        self.dialect: StoreDialect = dialect_of(self.tables.dialect)
         self._failed: tuple[type[Exception], ...] = (
             QueryTimeoutError,
             OverflowError,
@@ -442,7 +442,7 @@ class StoreCell:
 
 
 def _failure(
-    dialect: Dialect, operation: str, exc: Exception, started: float, call_id: str
+    dialect: StoreDialect, operation: str, exc: Exception, started: float, call_id: str
 ) -> JsonObject:
     """The reply to an operation whose SQL failed: timed out, refused by the database, or
     given a value the database cannot hold."""

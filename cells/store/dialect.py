@@ -56,11 +56,11 @@ if TYPE_CHECKING:
 __all__ = [
     "POSTGRES_NAME_BYTES",
     "ROW",
-    "Dialect",
     "PostgresDialect",
-    "Refused",
     "SqliteDialect",
+    "StoreDialect",
     "ValueMismatchError",
+    "ValueRefused",
     "bind",
     "dialect_of",
     "pg_identifier",
@@ -89,7 +89,7 @@ class ValueMismatchError(Exception):
     """A value the database cannot hold where the call puts it (``type_mismatch``)."""
 
 
-class Refused:
+class ValueRefused:
     """A value planned for a statement that the database cannot take; running the statement
     raises :class:`ValueMismatchError` with ``why`` (planning never fails for a value: a malformed
     call or an unknown name is reported first, as on SQLite, where the driver finds it)."""
@@ -100,7 +100,7 @@ class Refused:
         self.why = why
 
 
-class Dialect(ABC):
+class StoreDialect(ABC):
     """What a store needs of its database. :class:`SqliteDialect` and
     :class:`PostgresDialect` are the two."""
 
@@ -275,7 +275,7 @@ def _sqlite_write_order(columns: Mapping[str, str]) -> str | None:
     return next((name for name in ("rowid", "_rowid_", "oid") if name not in columns), None)
 
 
-class SqliteDialect(Dialect):
+class SqliteDialect(StoreDialect):
     """SQLite: ``colony.db``, or a store's own ``cell.db``. Dynamic typing does the value
     conversions itself; a write is never interrupted inside ``colony.db``'s transaction."""
 
@@ -466,7 +466,7 @@ def _real_text_conn() -> sqlite3.Connection:
     return sqlite3.connect(":memory:", check_same_thread=False)
 
 
-class PostgresDialect(Dialect):
+class PostgresDialect(StoreDialect):
     """PostgreSQL, through psycopg 3 (see the module docstring for every difference)."""
 
     name = "postgres"
@@ -497,21 +497,21 @@ class PostgresDialect(Dialect):
         where = f"column {column}" if column is not None else "limit"
         if isinstance(value, str):
             if "\x00" in value:
-                return Refused(
+                return ValueRefused(
                     f"{where}: text holding a NUL character (\\u0000) cannot be kept on PostgreSQL"
                 )
             if kind != "int":
                 return value
             number = sqlite_number(value)
             if number is None:
-                return Refused(
+                return ValueRefused(
                     f"{where}: {dumps_sorted(value)} is not a number; on PostgreSQL an int column "
                     "holds integers only"
                 )
             value = number
         if isinstance(value, int):
             if not INT64_MIN <= value <= INT64_MAX:
-                return Refused(f"{where}: {value} does not fit a 64-bit integer")
+                return ValueRefused(f"{where}: {value} does not fit a 64-bit integer")
             return str(value) if kind in TEXTUAL else value
         if isinstance(value, float):
             if kind in TEXTUAL:
@@ -520,7 +520,7 @@ class PostgresDialect(Dialect):
                 if value.is_integer() and INT64_MIN <= value < 2.0**63:
                     return int(value)
                 if stored:
-                    return Refused(
+                    return ValueRefused(
                         f"{where}: {dumps_sorted(value)} is not an integer; on PostgreSQL an "
                         "int column holds integers only"
                     )
@@ -565,7 +565,7 @@ class PostgresDialect(Dialect):
     @staticmethod
     def _check(values: Sequence[Any]) -> None:
         for value in values:
-            if type(value) is Refused:
+            if type(value) is ValueRefused:
                 raise ValueMismatchError(value.why)
 
     def execute(self, conn: psycopg.Connection[Any], sql: str, values: Sequence[Any]) -> Any:
@@ -746,7 +746,7 @@ SQLITE = SqliteDialect()
 
 
 @cache
-def dialect_of(name: str) -> Dialect:
+def dialect_of(name: str) -> StoreDialect:
     """The dialect a :class:`~colony.celltables.CellTables` names in its ``dialect``."""
     if name == "sqlite":
         return SQLITE

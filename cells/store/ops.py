@@ -2,7 +2,7 @@
 
 Pure: no connection here. Every table and column name is checked — first that it is an
 identifier, then that the schema declares it — before it is quoted into SQL, and every value
-is a bound parameter. The SQL is spelt by a :class:`~cells.store.dialect.Dialect` (SQLite's
+is a bound parameter. The SQL is spelt by a :class:`~cells.store.dialect.StoreDialect` (SQLite's
 unless told), which also turns each value into what that database stores or compares. A
 malformed call is :class:`ArgsError` (``invalid_input``); a name the schema lacks is
 :class:`UnknownNameError` (``unknown_table`` / ``unknown_column``, reported like an SQL
@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cells.store.dialect import SQLITE, Dialect
+from cells.store.dialect import SQLITE, StoreDialect
 from cells.store.params import COLUMN_KINDS, identifier_problem
 from colony.jsonwire import JsonRefused, loads
 
@@ -160,7 +160,7 @@ def _listed(columns: Iterable[str]) -> str:
 class _Site:
     """Where a call's values go: the dialect that binds them, the table's columns."""
 
-    dialect: Dialect
+    dialect: StoreDialect
     columns: Mapping[str, Any]
 
     def compared(self, operation: str, column: str, value: Any, what: str) -> Any:
@@ -259,7 +259,9 @@ class _Everything(Mapping[str, Any]):
 _ANY_SCHEMA = _Everything()
 
 
-def plan(args: dict[str, Any], schema: Schema, prefix: str = "", dialect: Dialect = SQLITE) -> Plan:
+def plan(
+    args: dict[str, Any], schema: Schema, prefix: str = "", dialect: StoreDialect = SQLITE
+) -> Plan:
     """The statement for one call (see the module docstring for the two error families);
     ``prefix`` goes before the table's name in the SQL (the cell's namespace in colony.db),
     ``dialect`` spells it.
@@ -276,7 +278,7 @@ def plan(args: dict[str, Any], schema: Schema, prefix: str = "", dialect: Dialec
         raise
 
 
-def _plan(args: dict[str, Any], schema: Schema, prefix: str, dialect: Dialect) -> Plan:
+def _plan(args: dict[str, Any], schema: Schema, prefix: str, dialect: StoreDialect) -> Plan:
     operation = args.get("operation")
     if not isinstance(operation, str) or operation not in KNOWN_ARGS:
         raise ArgsError(

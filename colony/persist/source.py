@@ -4,7 +4,7 @@ The reads of the message log, the dead letters and the registry (:mod:`colony.pe
 :mod:`colony.reads`) are written once, in SQLite's SQL with ``?`` placeholders, and run on
 either engine through a :class:`Source`. A source opens a connection per call, as the reads
 always did (a read needs no running colony and never shares the writer's connection), turns
-``?`` into psycopg's ``%s`` for PostgreSQL, and its :class:`Dialect` holds the few expressions
+``?`` into psycopg's ``%s`` for PostgreSQL, and its :class:`ReadDialect` holds the few expressions
 the two engines spell differently. Which source a colony root reads is :func:`source_for_root`.
 
 psycopg is imported only when a PostgreSQL source is used: without a ``cluster`` block the
@@ -52,7 +52,7 @@ writer's."""
 
 
 @dataclass(frozen=True, slots=True)
-class Dialect:
+class ReadDialect:
     """The SQL the two engines spell differently; everything else is written once."""
 
     name: str
@@ -73,7 +73,7 @@ class Dialect:
         return column + self.collate
 
 
-SQLITE = Dialect(
+SQLITE = ReadDialect(
     name="sqlite",
     message_id_of_envelope=MESSAGE_ID_OF_ENVELOPE,
     hop_error_code=(
@@ -83,7 +83,7 @@ SQLITE = Dialect(
     collate="",
 )
 
-POSTGRES = Dialect(
+POSTGRES = ReadDialect(
     name="postgres",
     # The cluster schema had ``message_id`` from its first version and every writer fills it:
     # there is no older row whose id only the envelope holds.
@@ -102,7 +102,7 @@ POSTGRES = Dialect(
 )
 
 
-class Rows(Protocol):
+class ResultRows(Protocol):
     """What a read does with a statement's result (sqlite3's and psycopg's cursors both)."""
 
     @property
@@ -116,7 +116,7 @@ class Rows(Protocol):
 class Session(Protocol):
     """One connection to a source, for the length of one read or edit."""
 
-    def execute(self, sql: str, args: Sequence[Any] = ()) -> Rows: ...
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> ResultRows: ...
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
 
@@ -129,7 +129,7 @@ class _SqliteSession:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
 
-    def execute(self, sql: str, args: Sequence[Any] = ()) -> Rows:
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> ResultRows:
         return self._conn.execute(sql, tuple(args))
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
@@ -163,8 +163,8 @@ class _PgSession:
             self._json_path = True
         return postgres_sql(sql)
 
-    def execute(self, sql: str, args: Sequence[Any] = ()) -> Rows:
-        cursor: Rows = self._conn.execute(self._prepare(sql), tuple(args))
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> ResultRows:
+        cursor: ResultRows = self._conn.execute(self._prepare(sql), tuple(args))
         return cursor
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
@@ -198,7 +198,7 @@ class Source:
         return cls(dsn=dsn)
 
     @property
-    def dialect(self) -> Dialect:
+    def dialect(self) -> ReadDialect:
         return SQLITE if self.dsn is None else POSTGRES
 
     @property

@@ -29,6 +29,7 @@ import httpx
 import psycopg
 import pytest
 
+from colony.crashpoints import ENV as CRASH_ENV
 from colony.lease import members
 from colony.load import LOOP_TREE, question, responder
 from colony.testing import ScriptedOpenAI
@@ -118,7 +119,7 @@ class Cluster:
         self.schema = schema
         self.nodes: dict[str, Node] = {}
 
-    def start(self, name: str) -> Node:
+    def start(self, name: str, env: dict[str, str] | None = None) -> Node:
         with (self.tree.parent / f"{name}.err").open("wb") as log:
             process = subprocess.Popen(
                 [
@@ -128,6 +129,7 @@ class Cluster:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=log,
+                env={**os.environ, **(env or {})},
                 start_new_session=True,  # its own process group: a kill takes its workers too
             )
         node = self.nodes[name] = Node(name, process)
@@ -193,8 +195,14 @@ class Cluster:
 
 @contextlib.asynccontextmanager
 async def cluster_of(
-    tmp: Path, schema: PgSchema, names: list[str], on_request: Callable[[int], None] | None = None
-) -> AsyncIterator[tuple[Cluster, ScriptedOpenAI]]:
+    tmp: Path,
+    schema: PgSchema,
+    names: list[str],
+    on_request: Callable[[int], None] | None = None,
+    env: dict[str, dict[str, str]] | None = None,
+) -> AsyncIterator[tuple[Cluster, list[int]]]:
+    """The named nodes started (each with ``env[name]`` added) and serving; with them, the
+    count of model requests so far (one list item, updated in place)."""
     respond = responder(ROUNDS, TOOLS)
     seen = [0]
 
@@ -209,10 +217,10 @@ async def cluster_of(
         cluster = Cluster(tree, schema)
         try:
             for name in names:
-                cluster.start(name)
+                cluster.start(name, (env or {}).get(name))
             for name in names:
                 await cluster.ready(cluster.nodes[name])
-            yield cluster, model
+            yield cluster, seen
         finally:
             cluster.stop_all()
 
@@ -309,3 +317,63 @@ async def test_a_killed_node_s_conversations_finish_on_the_others_once(
         check_outcome(cluster, turns)
         survivors = set(cluster.owners())
         assert box["killed"] not in survivors
+
+
+CALLS = 50 * (ROUNDS + 1)
+"""Model requests of a run of 50 conversations."""
+
+
+@pytest.mark.parametrize("point", ["journal.commit:60", "store.write:40", "llm.replied:30"])
+async def test_a_node_dying_at_a_crash_point_loses_and_doubles_nothing(
+    tmp_path: Path, pg_schema: PgSchema, turns: list[str], point: str
+) -> None:
+    env = {"a": {CRASH_ENV: point}}
+    async with cluster_of(tmp_path, pg_schema, ["a", "b", "c"], env=env) as (cluster, _):
+        await until(lambda: len(cluster.owners()) == 3, 20, "three owners")
+        await send_all(cluster, turns)
+        a = cluster.nodes["a"]
+        await until(lambda: not a.alive, 60, f"node a reaching {point}")
+        assert a.process.returncode == -signal.SIGKILL
+        await until(lambda: settled(cluster, turns), 120, "every answer after the crash")
+        check_outcome(cluster, turns)
+
+
+async def test_a_node_paused_past_its_lease_writes_nothing_when_it_wakes(
+    tmp_path: Path, pg_schema: PgSchema, turns: list[str]
+) -> None:
+    async with cluster_of(tmp_path, pg_schema, ["a", "b"]) as (cluster, seen):
+        await until(lambda: len(cluster.owners()) == 2, 20, "two owners")
+        await send_all(cluster, turns)
+        await until(lambda: seen[0] >= CALLS // 3, 60, "a third of the model calls")
+        a = cluster.nodes["a"]
+        os.killpg(a.process.pid, signal.SIGSTOP)
+        try:
+            await until(lambda: cluster.owners() == {"b": PARTITIONS}, 30, "b taking all over")
+        finally:
+            os.killpg(a.process.pid, signal.SIGCONT)
+        await until(lambda: settled(cluster, turns), 120, "every answer after the pause")
+        check_outcome(cluster, turns)
+        await until(
+            lambda: any(e.get("event") == "partitions_lost" for e in cluster.events("a")),
+            10,
+            "a noticing it lost its partitions",
+        )
+
+
+async def test_a_node_joining_mid_load_takes_partitions_only_by_drain(
+    tmp_path: Path, pg_schema: PgSchema, turns: list[str]
+) -> None:
+    async with cluster_of(tmp_path, pg_schema, ["a", "b"]) as (cluster, seen):
+        await until(lambda: len(cluster.owners()) == 2, 20, "two owners")
+        await send_all(cluster, turns)
+        await until(lambda: seen[0] >= CALLS // 4, 60, "a quarter of the model calls")
+        c = cluster.start("c")
+        await cluster.ready(c)
+        await until(lambda: cluster.owners().get("c", 0) > 0, 30, "c taking partitions")
+        await until(lambda: settled(cluster, turns), 120, "every answer")
+        check_outcome(cluster, turns)
+        for name in ("a", "b", "c"):
+            events = {e.get("event") for e in cluster.events(name)}
+            assert "partitions_lost" not in events, f"{name} lost a partition by force"
+        handed = [e for n in ("a", "b") for e in cluster.events(n)]
+        assert any(e.get("event") == "partition_handed_back" for e in handed)
