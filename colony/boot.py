@@ -140,7 +140,7 @@ def _database(tree: ColonyTree, node: str | None, log: Logger) -> tuple[Backend,
     from colony.persist.pg.db import PgDb
 
     name = node or default_node_name()
-    db = PgDb(cluster.dsn, name, cluster.partitions)
+    db = PgDb(cluster.dsn, name, cluster.partitions, cluster.lease_ms)
     return db, Member(cluster, cluster.dsn, name, log.bind(node=name))
 
 

@@ -226,16 +226,31 @@ async def cluster_of(
 
 
 async def send_all(cluster: Cluster, turns: list[str]) -> None:
-    live = [n for n in cluster.nodes.values() if n.alive and n.api]
+    """Each question to the next node in turn; a node that died meanwhile is skipped and the
+    question sent again to the next one, with the same idempotency key (as a client would)."""
+    names = list(cluster.nodes)
     async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
         for i, turn in enumerate(turns):
-            node = live[i % len(live)]
-            response = await client.post(
-                f"{node.api}/messages",
-                json={"target": "/capture", "body": question(turn), "headers": {"turn_id": turn}},
-                headers={"Idempotency-Key": f"ask-{turn}"},
-            )
-            assert response.status_code == 202, response.text
+            for attempt in range(len(names)):
+                node = cluster.nodes[names[(i + attempt) % len(names)]]
+                if not node.alive or node.api is None:
+                    continue
+                try:
+                    response = await client.post(
+                        f"{node.api}/messages",
+                        json={
+                            "target": "/capture",
+                            "body": question(turn),
+                            "headers": {"turn_id": turn},
+                        },
+                        headers={"Idempotency-Key": f"ask-{turn}"},
+                    )
+                except httpx.TransportError:
+                    continue  # it died under us
+                assert response.status_code in (200, 202), response.text
+                break
+            else:
+                raise AssertionError(f"no node took {turn}")
 
 
 async def until(check: Callable[[], bool], within: float, what: str) -> None:

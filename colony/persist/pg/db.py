@@ -40,14 +40,14 @@ class PgDb:
 
     dialect = "postgres"
 
-    def __init__(self, dsn: str, node: str, partitions: int) -> None:
+    def __init__(self, dsn: str, node: str, partitions: int, lease_ms: int = 10_000) -> None:
         self.dsn = dsn
         self.node = node
         self.partitions = partitions
         with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
             schema.create(conn, partitions)
         self._queue: queue.SimpleQueue[Item] = queue.SimpleQueue()
-        self._writer = PgWriter(dsn, node, self._queue)
+        self._writer = PgWriter(dsn, node, self._queue, idle_timeout_ms=lease_ms)
         self._thread = threading.Thread(
             target=self._writer.run, name="cluster-db-writer", daemon=True
         )

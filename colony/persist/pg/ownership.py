@@ -59,6 +59,8 @@ class Ownership:
             conn = self._conn = await psycopg.AsyncConnection.connect(
                 self.dsn, autocommit=True, connect_timeout=5
             )
+            # A claim's transaction must not outlive a pause of this node (see PgWriter).
+            await conn.execute(f"SET idle_in_transaction_session_timeout = {int(self.lease_ms)}")
         return conn
 
     async def tick(self, *, take: bool = True) -> Changes:

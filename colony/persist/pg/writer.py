@@ -181,9 +181,13 @@ class PgWriter(Writer):
     writer's own ``BEGIN``/``COMMIT``). It reconnects before a batch when the connection broke:
     an outage of the server is an outage of the storage, retried until it ends."""
 
-    def __init__(self, dsn: str, node: str, items: Any) -> None:
+    def __init__(self, dsn: str, node: str, items: Any, idle_timeout_ms: int = 10_000) -> None:
         self.dsn = dsn
         self.node = node
+        self.idle_timeout_ms = idle_timeout_ms
+        """The server ends this connection's session when it sits in a transaction this long:
+        a node paused (SIGSTOP, a VM frozen) mid-transaction would otherwise hold the fence's
+        share lock, and with it its partitions, for as long as the pause lasts."""
         super().__init__(None, items)
         self._epochs: dict[int, int] = {}
 
@@ -195,6 +199,7 @@ class PgWriter(Writer):
                     conn.close()
             self.conn = None
             self.conn = conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=5)
+            conn.execute(f"SET idle_in_transaction_session_timeout = {int(self.idle_timeout_ms)}")
         return conn
 
     def _begin(self) -> None:
