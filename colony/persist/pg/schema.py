@@ -112,6 +112,17 @@ CREATE TABLE IF NOT EXISTS cluster_leaders (
 """Every table and index of the cluster database (schema :data:`SCHEMA_VERSION`)."""
 
 
+def _made(conn: Any) -> bool:
+    """The schema of this version is there (the last table created, and the version row)."""
+    row = conn.execute(
+        "SELECT to_regclass('cluster_leaders') IS NOT NULL AND to_regclass('meta') IS NOT NULL"
+    ).fetchone()
+    if not (row and row[0]):
+        return False
+    found = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return found is not None and found[0] == SCHEMA_VERSION
+
+
 class ClusterSchemaError(ColonyError):
     """The database holds a colony schema this daemon does not know, or another colony's."""
 
@@ -125,7 +136,11 @@ def create(conn: Any, partitions: int) -> None:
     when the database was made for another partition count or schema version."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK,))
-        conn.execute(DDL)
+        # Only a new database runs the DDL: on one in use, CREATE INDEX IF NOT EXISTS still
+        # takes its table's share lock, and a node booting beside busy ones deadlocks with
+        # their writers (seen: a joining node's boot against two nodes' hand-offs).
+        if not _made(conn):
+            conn.execute(DDL)
         conn.execute(
             "INSERT INTO meta(key, value) VALUES ('schema_version', %s), ('partitions', %s) "
             "ON CONFLICT (key) DO NOTHING",
