@@ -176,6 +176,17 @@ class ColonyConfig(BaseModel):
     cluster: ClusterConfig | None = None
     """Several daemons share this colony through PostgreSQL; absent: one daemon, SQLite."""
 
+    @model_validator(mode="after")
+    def _cluster_journals(self) -> ColonyConfig:
+        if self.cluster is not None and self.delivery != "at_least_once":
+            raise PydanticCustomError(
+                "cluster_needs_journal",
+                "a cluster needs delivery at_least_once: a conversation moves between nodes "
+                "through the journal, which at_most_once does not keep (remove delivery or "
+                "the cluster block)",
+            )
+        return self
+
     @field_validator("schema_version")
     @classmethod
     def _only_version_one(cls, value: int) -> int:

@@ -159,3 +159,13 @@ def test_the_dsn_never_shows_in_the_configs_repr() -> None:
     config = ClusterConfig(dsn="postgresql://meclaw:hunter2@db/colony")
     assert "hunter2" not in repr(config)
     assert "hunter2" not in str(config)
+
+
+def test_a_cluster_with_at_most_once_delivery_is_refused(make_tree: TreeFactory) -> None:
+    root = tree(
+        make_tree,
+        {"cluster": {"dsn": "postgresql://db.example/colony"}, "delivery": "at_most_once"},
+    )
+    found = only(load(root))
+    assert found.code == "cluster_needs_journal"
+    assert "at_least_once" in found.message
