@@ -109,7 +109,9 @@ async def open_colony(
                     if member is not None:
                         from colony.cluster.carrier import ColonyCarrier
 
-                        membership = spawn(member.run(ColonyCarrier(colony)), "cluster member")
+                        carrier = ColonyCarrier(colony)
+                        await member.join(carrier)  # up with its partitions, or none free
+                        membership = spawn(member.run(carrier), "cluster member")
                     phase("start")
                     yield colony
                 finally:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -156,6 +157,21 @@ class ColonyHarness:
         finally:
             self._cleanup()
 
+    def _on_test_backend(self, root: Path) -> None:
+        """With ``COLONY_TEST_BACKEND=postgres`` (``pytest --backend postgres``), a tree that
+        has no ``cluster`` block of its own runs as a one-node cluster on a schema of its own
+        at ``COLONY_TEST_PG_DSN``: the suite's colonies then keep their journal, message log,
+        dead letters and stores in PostgreSQL. The schema is written into the copy's
+        colony.json, so a harness booted again on the same workdir finds it again."""
+        if os.environ.get(TEST_BACKEND_ENV) != "postgres":
+            return
+        file = root / "colony.json"
+        current = json.loads(file.read_text()) if file.exists() else {}
+        merged = {**current, **self._colony_overrides}
+        if "cluster" in merged or merged.get("delivery") == "at_most_once":
+            return  # a cluster of its own, or nothing a cluster can run
+        self._colony_overrides["cluster"] = {"dsn": test_schema(), "partitions": 4}
+
     def _point_llm_cells(self, root: Path) -> None:
         """Rewrite ``params.base_url`` of llm cells in the copy (one URL for all, or per path)."""
         from colony.config import discovery
@@ -184,6 +200,7 @@ class ColonyHarness:
 
     def _write_overrides(self, root: Path) -> None:
         self._point_llm_cells(root)
+        self._on_test_backend(root)
         if self._colony_overrides:
             file = root / "colony.json"
             current = json.loads(file.read_text()) if file.exists() else {}
@@ -283,8 +300,20 @@ class ColonyHarness:
         if runner is None:
             raise ValueError(f"{cell_path} is not a cell of this tree")
         source = self.colony.db.source
-        if source.path is None:  # the store's tables on PostgreSQL are not laid out yet
-            raise NotImplementedError(f"rows() reads colony.db; this colony reads {source}")
+        if source.path is None:  # the cluster's database: the store's dialect names the table
+            from cells.store.dialect import ROW, dialect_of
+
+            name = dialect_of("postgres").table(table_name(cell_path, ""), table)
+            with source.connect() as session:
+                found = session.execute("SELECT to_regclass(?)", (name,)).fetchall()
+                if not found or found[0][0] is None:
+                    return []
+                cursor = session.execute(f"SELECT * FROM {name} ORDER BY {ROW}")
+                names = [c.name for c in cursor.description]  # type: ignore[attr-defined]
+                return [
+                    {k: v for k, v in zip(names, r, strict=True) if k != ROW.strip('"')}
+                    for r in cursor.fetchall()
+                ]
         places = [(source.path, table_name(cell_path, table))]
         if runner.spec.folder is not None:
             places.append((runner.spec.folder / "cell.db", table))
@@ -314,6 +343,43 @@ class ColonyHarness:
             if (event is None or r.get("event") == event)
             and (level is None or r.get("level") == level)
         ]
+
+
+TEST_BACKEND_ENV = "COLONY_TEST_BACKEND"
+TEST_PG_ENV = "COLONY_TEST_PG_DSN"
+TEST_SCHEMAS: list[tuple[str, str]] = []
+"""``(server DSN, schema)`` of every schema :func:`test_schema` made in this process."""
+
+
+def test_schema() -> str:
+    """A new schema on the test PostgreSQL server, and a DSN whose sessions use it."""
+    import uuid
+    from urllib.parse import quote
+
+    import psycopg
+
+    server = os.environ.get(TEST_PG_ENV) or "postgresql://postgres@127.0.0.1:5432/test"
+    name = f"h_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True, connect_timeout=10) as conn:
+        conn.execute(f'CREATE SCHEMA "{name}"')
+    TEST_SCHEMAS.append((server, name))
+    option = quote(f"-csearch_path={name}", safe="")
+    return f"{server}{'&' if '?' in server else '?'}options={option}&application_name={name}"
+
+
+def drop_test_schemas() -> None:
+    """Drop what :func:`test_schema` made (at the end of a test session)."""
+    import psycopg
+
+    while TEST_SCHEMAS:
+        server, name = TEST_SCHEMAS.pop()
+        with contextlib.suppress(psycopg.Error), psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE pid <> pg_backend_pid() AND application_name = %s",
+                (name,),
+            )
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 
 
 def spec_for(path: str, params: Any = None) -> CellSpec:

@@ -38,6 +38,28 @@ _SHARED = {
 }
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--backend",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="postgres: every harness colony whose tree has no cluster block runs as a "
+        "one-node cluster on a PostgreSQL schema of its own (COLONY_TEST_PG_DSN)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--backend") == "postgres":
+        os.environ["COLONY_TEST_BACKEND"] = "postgres"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if os.environ.get("COLONY_TEST_BACKEND") == "postgres":
+        from colony.testing import drop_test_schemas
+
+        drop_test_schemas()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         group = _SHARED.get(item.nodeid.split("::", 1)[0])

@@ -95,13 +95,22 @@ class Member:
         epoch = message.epoch
         return epoch is not None and self.owned.get(message.partition) == epoch
 
+    def _said(self, exc: BaseException) -> str:
+        """An error as one line, without the DSN's password (psycopg may quote the DSN)."""
+        text = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        try:
+            secret = psycopg.conninfo.conninfo_to_dict(self.dsn).get("password")
+        except psycopg.Error:
+            return type(exc).__name__
+        return text.replace(str(secret), "***") if secret else text
+
     # -- leader leases (colony.cell.Leader) ---------------------------------------------------
 
     async def lead(self, name: str) -> bool:
         try:
             return await self._leaders.lead(name)
         except (psycopg.Error, OSError) as exc:
-            self.log.warning("leader_lease_failed", name=name, error=f"{type(exc).__name__}: {exc}")
+            self.log.warning("leader_lease_failed", name=name, error=self._said(exc))
             return False
 
     def leads(self, name: str) -> bool:
@@ -123,6 +132,20 @@ class Member:
 
     # -- the task -----------------------------------------------------------------------------
 
+    async def join(self, carrier: Carrier) -> None:
+        """The first round, before the colony takes ingress: the partitions free to take are
+        this node's (and their journal rows in its mailboxes) when its boot ends."""
+        try:
+            await self._round(carrier)
+        except (psycopg.Error, OSError) as exc:
+            self.log.warning(
+                "cluster_round_failed",
+                node=self.node,
+                error=type(exc).__name__,
+                detail="the cluster database did not answer this node's first lease round; "
+                "it tries again in the background",
+            )
+
     async def run(self, carrier: Carrier) -> None:
         """Leases, claims and drains until cancelled; then hands everything back."""
         listener = asyncio.create_task(self._listen(), name="cluster listen")
@@ -135,7 +158,7 @@ class Member:
                     self.log.warning(
                         "cluster_round_failed",
                         node=self.node,
-                        error=f"{type(exc).__name__}: {exc}",
+                        error=self._said(exc),
                         detail="the cluster database did not answer a lease round; this node "
                         "tries again, and loses its partitions if its lease runs out meanwhile",
                     )
