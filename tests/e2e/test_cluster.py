@@ -13,184 +13,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import os
-import shutil
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
-import psycopg
 import pytest
 
 from colony.crashpoints import ENV as CRASH_ENV
-from colony.lease import members
-from colony.load import LOOP_TREE, question, responder
+from colony.load import responder
+from colony.load.cluster import Daemons as Cluster
+from colony.load.cluster import cluster_tree, send_all
 from colony.testing import ScriptedOpenAI
 from tests.pg import PgSchema
 
-MECLAW = str(Path(sys.executable).with_name("meclaw"))
 ROUNDS, TOOLS = 3, 2
 ROWS = 1 + ROUNDS * (1 + TOOLS)
 """Thread rows of one conversation: the user's, then per round the assistant's and each tool's."""
 LEASE_MS = 2000
 PARTITIONS = 8
-
-SINK = """\
-import json, sys
-doc = json.load(sys.stdin)
-envelope = doc["envelope"]
-text = doc["body"]["messages"][-1].get("text")
-line = {"turn": envelope["header"]["context"].get("turn_id"), "text": text,
-        "parent": envelope.get("parent_message_id")}
-with open("answers.jsonl", "a") as out:
-    out.write(json.dumps(line) + "\\n")
-print("[]")
-"""
-
-
-def _cell(path: Path, doc: dict[str, Any]) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(doc, indent=2))
-
-
-def cluster_tree(tmp: Path, schema: PgSchema, model_url: str) -> Path:
-    tree = tmp / "tree"
-    shutil.copytree(LOOP_TREE, tree, ignore=shutil.ignore_patterns("*.db", "*.db-*", "*.jsonl"))
-    llm = tree / "main" / "llm" / "config.json"
-    doc = json.loads(llm.read_text())
-    doc["params"]["base_url"] = model_url
-    llm.write_text(json.dumps(doc, indent=2))
-    contract = {"version": "1", "settings": {}, "consumes": {}}
-    _cell(
-        tree / "main" / "sink",
-        {
-            "cell": {"type": "code"},
-            "params": {"runner": "python3", "script_inline": SINK, "max_concurrency": 1},
-            "contract": contract,
-        },
-    )
-    _cell(
-        tree / "main" / "park",
-        {
-            "cell": {"type": "code"},
-            "params": {"runner": "python3", "script_inline": "print('[]')"},
-            "contract": contract,
-        },
-    )
-    (tree / "colony.json").write_text(
-        json.dumps(
-            {
-                "cluster": {
-                    "dsn": "${COLONY_PG_DSN}",
-                    "partitions": PARTITIONS,
-                    "lease_ms": LEASE_MS,
-                    "partition_by": "context.turn_id",
-                }
-            }
-        )
-    )
-    (tree / ".env").write_text(f"COLONY_PG_DSN={schema.dsn}\n")
-    return tree
-
-
-class Node:
-    def __init__(self, name: str, process: subprocess.Popen[bytes]) -> None:
-        self.name = name
-        self.process = process
-        self.api: str | None = None
-
-    @property
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-
-class Cluster:
-    """The daemons of one test, on one tree."""
-
-    def __init__(self, tree: Path, schema: PgSchema) -> None:
-        self.tree = tree
-        self.schema = schema
-        self.nodes: dict[str, Node] = {}
-
-    def start(self, name: str, env: dict[str, str] | None = None) -> Node:
-        with (self.tree.parent / f"{name}.err").open("wb") as log:
-            process = subprocess.Popen(
-                [
-                    *(MECLAW, "--root", str(self.tree), "--node", name, "--daemon"),
-                    *("--api", "127.0.0.1:0", "--log", str(self.tree.parent / f"{name}.log")),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                env={**os.environ, **(env or {})},
-                start_new_session=True,  # its own process group: a kill takes its workers too
-            )
-        node = self.nodes[name] = Node(name, process)
-        return node
-
-    async def ready(self, node: Node, within: float = 30) -> None:
-        deadline = time.monotonic() + within
-        while node.api is None:
-            assert node.alive, f"node {node.name} exited: {self.stderr(node.name)}"
-            assert time.monotonic() < deadline, f"node {node.name} never served its API"
-            for holder in members(self.tree):
-                if holder.node == node.name and holder.api:
-                    node.api = holder.api
-            await asyncio.sleep(0.05)
-
-    def stderr(self, name: str) -> str:
-        return (self.tree.parent / f"{name}.err").read_text(errors="replace")[-2000:]
-
-    def kill(self, node: Node) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(node.process.pid, signal.SIGKILL)
-        node.process.wait(timeout=10)
-
-    def stop_all(self) -> None:
-        for node in self.nodes.values():
-            if node.alive:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(node.process.pid, signal.SIGCONT)
-                node.process.send_signal(signal.SIGTERM)
-        for node in self.nodes.values():
-            try:
-                node.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.kill(node)
-
-    def select(self, sql: str) -> list[tuple[Any, ...]]:
-        with psycopg.connect(self.schema.dsn, autocommit=True) as conn:
-            return conn.execute(sql).fetchall()
-
-    def owners(self) -> Counter[str]:
-        """Partitions per live owner."""
-        rows = self.select(
-            "SELECT owner FROM cluster_partitions WHERE owner IS NOT NULL AND expires_at > now()"
-        )
-        return Counter(r[0] for r in rows)
-
-    def answers(self) -> list[dict[str, Any]]:
-        file = self.tree / "main" / "sink" / "answers.jsonl"
-        if not file.exists():
-            return []
-        return [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        file = self.tree.parent / f"{name}.log"
-        if not file.exists():
-            return []
-        out = []
-        for line in file.read_text().splitlines():
-            with contextlib.suppress(ValueError):
-                out.append(json.loads(line))
-        return out
 
 
 @contextlib.asynccontextmanager
@@ -213,8 +56,9 @@ async def cluster_of(
         return respond(body)
 
     async with ScriptedOpenAI([], responder=counted, keep_requests=False) as model:
-        tree = cluster_tree(tmp, schema, model.url)
-        cluster = Cluster(tree, schema)
+        shape = {"partitions": PARTITIONS, "lease_ms": LEASE_MS}
+        tree = cluster_tree(tmp, model.url, dsn=schema.dsn, cluster=shape)
+        cluster = Cluster(tree, schema.dsn)
         try:
             for name in names:
                 cluster.start(name, (env or {}).get(name))
@@ -223,34 +67,6 @@ async def cluster_of(
             yield cluster, seen
         finally:
             cluster.stop_all()
-
-
-async def send_all(cluster: Cluster, turns: list[str]) -> None:
-    """Each question to the next node in turn; a node that died meanwhile is skipped and the
-    question sent again to the next one, with the same idempotency key (as a client would)."""
-    names = list(cluster.nodes)
-    async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
-        for i, turn in enumerate(turns):
-            for attempt in range(len(names)):
-                node = cluster.nodes[names[(i + attempt) % len(names)]]
-                if not node.alive or node.api is None:
-                    continue
-                try:
-                    response = await client.post(
-                        f"{node.api}/messages",
-                        json={
-                            "target": "/capture",
-                            "body": question(turn),
-                            "headers": {"turn_id": turn},
-                        },
-                        headers={"Idempotency-Key": f"ask-{turn}"},
-                    )
-                except httpx.TransportError:
-                    continue  # it died under us
-                assert response.status_code in (200, 202), response.text
-                break
-            else:
-                raise AssertionError(f"no node took {turn}")
 
 
 async def until(check: Callable[[], bool], within: float, what: str) -> None:
@@ -321,7 +137,7 @@ async def test_a_killed_node_s_conversations_finish_on_the_others_once(
             owner, _ = cluster.owners().most_common(1)[0]
             box["killed"] = owner
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(cluster.nodes[owner].process.pid, signal.SIGKILL)
+                cluster.signal(cluster.nodes[owner], signal.SIGKILL)
 
     async with cluster_of(tmp_path, pg_schema, ["a", "b", "c"], on_request) as (cluster, _):
         box["cluster"] = cluster
@@ -361,11 +177,11 @@ async def test_a_node_paused_past_its_lease_writes_nothing_when_it_wakes(
         await send_all(cluster, turns)
         await until(lambda: seen[0] >= CALLS // 3, 60, "a third of the model calls")
         a = cluster.nodes["a"]
-        os.killpg(a.process.pid, signal.SIGSTOP)
+        cluster.signal(a, signal.SIGSTOP)
         try:
             await until(lambda: cluster.owners() == {"b": PARTITIONS}, 30, "b taking all over")
         finally:
-            os.killpg(a.process.pid, signal.SIGCONT)
+            cluster.signal(a, signal.SIGCONT)
         await until(lambda: settled(cluster, turns), 120, "every answer after the pause")
         check_outcome(cluster, turns)
         await until(

@@ -21,6 +21,8 @@ from typing import Any
 
 import psycopg
 
+from colony.persist.pg import schema
+
 
 @dataclass(slots=True)
 class Changes:
@@ -61,6 +63,7 @@ class Ownership:
             )
             # A claim's transaction must not outlive a pause of this node (see PgWriter).
             await conn.execute(f"SET idle_in_transaction_session_timeout = {int(self.lease_ms)}")
+            await conn.execute(schema.REGISTER, (self.node,))
         return conn
 
     async def tick(self, *, take: bool = True) -> Changes:
@@ -103,6 +106,10 @@ class Ownership:
         live = max(1, int(row[0]) if row else 1)
         share = math.ceil(self.partitions / live)
         if take and len(self.owned) < share:
+            # A node whose lease ran out may be paused holding its partitions' rows: end its
+            # sessions first, or the take below would skip those rows for as long as it sleeps.
+            await conn.execute(schema.FENCE_OUT, (self.node,))
+            await conn.execute(schema.FORGET_GONE)
             cur = await conn.execute(
                 "UPDATE cluster_partitions SET owner = %s, epoch = epoch + 1, "
                 "expires_at = now() + %s::interval, draining = FALSE WHERE partition IN ("
@@ -156,23 +163,33 @@ class Ownership:
 
     async def stop(self) -> None:
         """Hand everything back (a clean stop: other nodes take over at once, not after a
-        lease) and close the connection."""
-        conn = self._conn
-        if conn is None or conn.closed:
+        lease) and close the connection. A connection the server ended (another node fenced
+        this one out while it was paused) is replaced once for it."""
+        if self._conn is None:
             return
         try:
-            await conn.execute(
-                "UPDATE cluster_partitions SET owner = NULL, expires_at = NULL, "
-                "draining = FALSE WHERE owner = %s",
-                (self.node,),
-            )
-            await conn.execute(
-                "UPDATE cluster_leaders SET owner = NULL, expires_at = NULL WHERE owner = %s",
-                (self.node,),
-            )
-            await conn.execute("DELETE FROM cluster_nodes WHERE node = %s", (self.node,))
+            for attempt in (1, 2):
+                try:
+                    await self._release_all(await self._connection())
+                    break
+                except psycopg.OperationalError:
+                    if attempt == 2:
+                        raise
         finally:
             self.owned.clear()
             self.draining.clear()
             self.leading.clear()
-            await conn.close()
+            if self._conn is not None:
+                await self._conn.close()
+
+    async def _release_all(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.execute(
+            "UPDATE cluster_partitions SET owner = NULL, expires_at = NULL, "
+            "draining = FALSE WHERE owner = %s",
+            (self.node,),
+        )
+        await conn.execute(
+            "UPDATE cluster_leaders SET owner = NULL, expires_at = NULL WHERE owner = %s",
+            (self.node,),
+        )
+        await conn.execute("DELETE FROM cluster_nodes WHERE node = %s", (self.node,))

@@ -108,6 +108,12 @@ CREATE TABLE IF NOT EXISTS cluster_leaders (
     epoch BIGINT NOT NULL DEFAULT 0,
     expires_at TIMESTAMPTZ
 );
+CREATE TABLE IF NOT EXISTS cluster_sessions (
+    node TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    backend_start TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (pid, backend_start)
+);
 """
 """Every table and index of the cluster database (schema :data:`SCHEMA_VERSION`)."""
 
@@ -115,7 +121,7 @@ CREATE TABLE IF NOT EXISTS cluster_leaders (
 def _made(conn: Any) -> bool:
     """The schema of this version is there (the last table created, and the version row)."""
     row = conn.execute(
-        "SELECT to_regclass('cluster_leaders') IS NOT NULL AND to_regclass('meta') IS NOT NULL"
+        "SELECT to_regclass('cluster_sessions') IS NOT NULL AND to_regclass('meta') IS NOT NULL"
     ).fetchone()
     if not (row and row[0]):
         return False
@@ -169,3 +175,29 @@ def create(conn: Any, partitions: int) -> None:
             "ON CONFLICT (partition) DO NOTHING",
             (partitions,),
         )
+
+
+REGISTER = (
+    "INSERT INTO cluster_sessions(node, pid, backend_start) SELECT %s, pid, backend_start "
+    "FROM pg_stat_activity WHERE pid = pg_backend_pid() ON CONFLICT DO NOTHING"
+)
+"""Note this connection's server session as the node's (see :data:`FENCE_OUT`)."""
+
+
+FENCE_OUT = (
+    "SELECT pg_terminate_backend(a.pid) FROM cluster_sessions s "
+    "JOIN pg_stat_activity a ON a.pid = s.pid AND a.backend_start = s.backend_start "
+    "JOIN cluster_nodes n ON n.node = s.node "
+    "WHERE n.expires_at < now() AND s.node <> %s"
+)
+"""End the server sessions of nodes whose lease expired. A node paused (SIGSTOP, a frozen VM)
+in the middle of a transaction holds its fence's share locks, and with them its partitions, for
+as long as the pause lasts: PostgreSQL's ``idle_in_transaction_session_timeout`` does not fire
+while a pipeline waits for its Sync. Sessions are named by pid and start time, so a pid the
+server reused for someone else's session is never hit."""
+
+FORGET_GONE = (
+    "DELETE FROM cluster_sessions s WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a "
+    "WHERE a.pid = s.pid AND a.backend_start = s.backend_start)"
+)
+"""Forget sessions the server no longer has."""

@@ -29,6 +29,7 @@ from psycopg.pq import TransactionStatus
 from colony.celltables import storage_failure
 from colony.persist.escape import storable_json, storable_text
 from colony.persist.items import Commit, Execute, Piece, Unit
+from colony.persist.pg import schema
 from colony.persist.rows import Rows
 from colony.persist.writer import UnitFenced, Writer
 
@@ -200,6 +201,7 @@ class PgWriter(Writer):
             self.conn = None
             self.conn = conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=5)
             conn.execute(f"SET idle_in_transaction_session_timeout = {int(self.idle_timeout_ms)}")
+            conn.execute(schema.REGISTER, (self.node,))
         return conn
 
     def _begin(self) -> None:

@@ -243,3 +243,36 @@ async def test_a_cells_write_under_an_ended_epoch_is_refused_and_writes_nothing(
             await db.execute(insert, None, fence=(1, epoch - 1))
         await db.flush()
         assert select(pg_schema, "SELECT count(*) FROM notes") == [(1,)]
+
+
+async def test_a_node_paused_inside_its_fence_cannot_keep_its_partitions(
+    pg_schema: PgSchema,
+) -> None:
+    """The fence's share locks of a node frozen mid-transaction (no idle timeout fires in a
+    pipeline waiting for its Sync) are ended with its session once its lease ran out."""
+    from colony.persist.pg import schema
+
+    async with node(pg_schema, "a", lease_ms=1000) as (_, owner_a):
+        await owner_a.tick()
+        frozen = psycopg.connect(pg_schema.dsn, autocommit=True)
+        try:
+            frozen.execute(schema.REGISTER, ("a",))
+            frozen.execute("BEGIN")
+            frozen.execute("SELECT partition FROM cluster_partitions WHERE owner = 'a' FOR SHARE")
+            await asyncio.sleep(1.2)  # a's leases run out; its transaction stays open
+            async with node(pg_schema, "b", lease_ms=1000) as (_, owner_b):
+                changes = await owner_b.tick()
+                if len(changes.gained) < P:  # the first tick ended a's session; now it is free
+                    await owner_b.tick()
+                assert set(owner_b.owned) == set(range(P))
+            assert frozen.broken or frozen.closed or _ended(frozen)
+        finally:
+            frozen.close()
+
+
+def _ended(conn: psycopg.Connection[object]) -> bool:
+    try:
+        conn.execute("SELECT 1")
+    except psycopg.OperationalError:
+        return True
+    return False
