@@ -104,13 +104,16 @@ async def open_colony(
 
                 membership: asyncio.Task[None] | None = None
                 try:
-                    with gc_paused():
-                        await colony.start(spawn)
                     if member is not None:
                         from colony.cluster.carrier import ColonyCarrier
 
+                        # Its partitions, and their journal rows in the mailboxes, before any
+                        # cell runs: as a colony alone redelivers its journal at start.
                         carrier = ColonyCarrier(colony)
-                        await member.join(carrier)  # up with its partitions, or none free
+                        await member.join(carrier)
+                    with gc_paused():
+                        await colony.start(spawn)
+                    if member is not None:
                         membership = spawn(member.run(carrier), "cluster member")
                     phase("start")
                     yield colony

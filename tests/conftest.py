@@ -60,8 +60,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         drop_test_schemas()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    on_postgres = config.getoption("--backend") == "postgres"
     for item in items:
+        if on_postgres and item.get_closest_marker("sqlite_only") is not None:
+            item.add_marker(pytest.mark.skip(reason="sqlite_only: a colony alone's behaviour"))
         group = _SHARED.get(item.nodeid.split("::", 1)[0])
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))

@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cells.code.params import runs_ahead as code_runs_ahead
 from colony.cell import CellClass, CellSpec, CellType
 from colony.effects import Delivery, LogRow
@@ -23,6 +25,10 @@ from colony.persist.items import Unit
 from colony.persist.rows import Rows
 from colony.persist.schema import open_for_writing
 from colony.testing import ColonyHarness, spec_for
+
+pytestmark = (
+    pytest.mark.sqlite_only
+)  # running ahead of the commit: a cluster's units wait for their fence
 
 
 def _tree(tmp: Path, *, mailbox_size: int | None = None) -> Path:

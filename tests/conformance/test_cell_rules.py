@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import pytest
 from colony.cell import CellClass, CellContext, CellSpec, CellType
 from colony.envelope import Envelope
 from colony.errors import ConfigError
+from colony.persist.records import read_registry
 from colony.testing import ColonyHarness
 from tests.conformance.cells import CALLS, TEST_TYPES, user
 from tests.conftest import CONTRACT, TreeFactory, cell, hive
@@ -218,9 +218,7 @@ async def test_a_cell_that_dies_past_its_restart_limit_is_failed_and_then_cell_i
         codes = [d.error_code for d in await colony.dead_letters()]
         assert codes == ["cell_crashed", "cell_crashed", "cell_inactive"]
         assert colony.logs("cell_failed", "error")
-        with sqlite3.connect(colony.root / "colony.db") as db:
-            status = db.execute("SELECT status FROM registry WHERE path = '/a'").fetchone()
-        assert status == ("failed",)
+        assert read_registry(colony.colony.db.source)["/a"].status == "failed"
 
 
 # -- stateless concurrency --------------------------------------------------------------------

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from colony.config.loader import cluster_of
 from colony.operations import revive_offline
+from colony.persist.records import read_registry
+from colony.persist.source import source_for_root
 from colony.testing import ColonyHarness
 from tests.conformance.cells import CALLS, TEST_TYPES, user
 from tests.conftest import TreeFactory, cell, hive
@@ -29,9 +33,11 @@ def crashing(**cell_keys: Any) -> dict[str, Any]:
 
 
 def status(root: Path, path: str) -> str:
-    with sqlite3.connect(root / "colony.db") as db:
-        row = db.execute("SELECT status FROM registry WHERE path = ?", (path,)).fetchone()
-    return str(row[0])
+    """The registry's status of ``path``, in the colony's database (colony.db or, under
+    ``pytest --backend postgres``, the cluster's)."""
+    cluster = cluster_of(root)
+    source = source_for_root(root, None if cluster is None else cluster.dsn)
+    return read_registry(source)[path].status
 
 
 async def test_colony_json_restart_max_retries_is_the_restart_limit_of_cells_that_set_none(
@@ -48,6 +54,7 @@ async def test_colony_json_restart_max_retries_is_the_restart_limit_of_cells_tha
         assert (failed["cell"], failed["limit"]) == ("/a", 1)
 
 
+@pytest.mark.sqlite_only  # the offline revive edits colony.db under the root lease
 async def test_a_failed_cell_stays_failed_across_a_restart_until_an_operator_revives_it(
     make_tree: TreeFactory, tmp_path: Path
 ) -> None:

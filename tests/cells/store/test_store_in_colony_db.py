@@ -22,6 +22,8 @@ from colony.testing import ColonyHarness, spec_for
 from tests.cells.store.test_store import SCHEMA, ask, call, row, store_tree
 from tests.conftest import TreeFactory
 
+pytestmark = pytest.mark.sqlite_only  # the store's tables as colony.db holds them
+
 
 def committed_rows(db: Path, table: str = "/memory:thread") -> list[tuple[Any, ...]]:
     """What another connection sees: committed rows only."""
