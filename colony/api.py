@@ -130,11 +130,12 @@ class Api:
         return self.colony.db.source
 
     async def health(self, request: web.Request) -> web.Response:
-        doc: dict[str, Any] = {"status": "ok", "io_liveness": None}
+        doc: dict[str, Any] = {"status": "ok"}
         member = self.colony.cluster
         if member is not None:  # which node answers, and the conversations it runs
             doc["node"] = member.node
             doc["partitions"] = sorted(member.owned)
+        doc["io_liveness"] = None
         return json_response(doc)
 
     async def openapi(self, request: web.Request) -> web.Response:

@@ -200,34 +200,72 @@ class Member:
         self._wanted.clear()
         # Every round also sweeps every owned partition: a NOTIFY sent while this node was
         # not listening (reconnecting) is not lost, only later.
+        entries: list[JournalEntry] = []
         for partition in sorted(wanted | set(self.owned)):
-            await self._claim(carrier, partition)
+            entries += await self._claim(partition)
+        # Several partitions' rows, oldest first across them all: a restarted colony's cells
+        # get their messages back in the order they were first delivered, as when alone.
+        entries.sort(key=lambda e: e.seq)
+        gone = 0
+        for entry in entries:
+            gone += not await self._carry(carrier, entry)
+        if changes.gained and entries:
+            self._redelivered(entries, gone)
 
-    async def _claim(self, carrier: Carrier, partition: int) -> None:
+    def _redelivered(self, entries: list[JournalEntry], gone: int) -> None:
+        """The line a colony alone writes at boot, for the rows a gain brought back."""
+        cells: dict[str, int] = {}
+        for entry in entries:
+            cells[entry.cell] = cells.get(entry.cell, 0) + 1
+        head = entries[:20]
+        self.log.warning(
+            "journal_redelivered",
+            node=self.node,
+            messages=len(entries) - gone,
+            dead_lettered=gone,
+            cells=cells,
+            traces=sorted({e.message.trace_id for e in head}),
+            sample=[
+                {
+                    "id": e.message.id,
+                    "cell": e.cell,
+                    "sender": e.sender,
+                    "trace_id": e.message.trace_id,
+                }
+                for e in head
+            ],
+            detail="these messages were in flight in partitions this node took over; each is "
+            "delivered again, in order (at-least-once delivery)",
+        )
+
+    async def _claim(self, partition: int) -> list[JournalEntry]:
         epoch = self.owned.get(partition)
         if epoch is None or partition in self.ownership.draining:
-            return
+            return []
         conn = await self.ownership._connection()
         entries = await claim(conn, self.node, partition, epoch)
-        if not entries:
-            return
         self.claimed += len(entries)
-        for entry in entries:
-            if carrier.deliverable(entry.cell):
-                await carrier.deliver_claimed(Delivery(entry.cell, entry.message, entry.sender))
-            else:
-                fx = Effects()
-                dead_letter(
-                    fx,
-                    DeadLetterCode.UNRESOLVED_PATH,
-                    entry.sender,
-                    entry.message.target,
-                    entry.cell,
-                    entry.message,
-                    "the journal held this message for a cell that is not in this node's tree "
-                    "or not active",
-                )
-                await carrier.dead_letter_claimed(entry, fx)
+        return entries
+
+    async def _carry(self, carrier: Carrier, entry: JournalEntry) -> bool:
+        """A claimed message into its cell's mailbox (True), or, for a cell not here, a dead
+        letter (False)."""
+        if carrier.deliverable(entry.cell):
+            await carrier.deliver_claimed(Delivery(entry.cell, entry.message, entry.sender))
+            return True
+        fx = Effects()
+        dead_letter(
+            fx,
+            DeadLetterCode.UNRESOLVED_PATH,
+            entry.sender,
+            entry.message.target,
+            entry.cell,
+            entry.message,
+            "the journal held this message for a cell that is not in this node's tree or not "
+            "active",
+        )
+        await carrier.dead_letter_claimed(entry, fx)
+        return False
 
     async def _drain(self, partition: int, now: float) -> None:
         """Release a partition being handed back once none of its messages is journalled

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,9 @@ from typing import Any
 import pytest
 
 from colony.cell import CellClass, CellSpec, CellType
+from colony.config.loader import cluster_of
 from colony.envelope import Envelope, source_message
+from colony.persist.source import source_for_root
 from colony.testing import ColonyHarness
 
 
@@ -69,11 +70,11 @@ def _gate(opened: asyncio.Event, started: list[str]) -> dict[str, CellType]:
 
 
 def _journal(work: Path) -> list[tuple[str, str]]:
-    conn = sqlite3.connect(work / "colony" / "colony.db")
-    try:
-        return conn.execute("SELECT cell, body FROM journal ORDER BY seq").fetchall()
-    finally:
-        conn.close()
+    """The journal's rows, in the colony's database (``--backend postgres``: the cluster's)."""
+    root = work / "colony"
+    cluster = cluster_of(root)
+    source = source_for_root(root, None if cluster is None else cluster.dsn)
+    return [(r[0], r[1]) for r in source.select("SELECT cell, body FROM journal ORDER BY seq")]
 
 
 async def _fill_and_stop(work: Path, tree: Path, count: int, **colony: Any) -> list[str]:
@@ -200,6 +201,7 @@ async def test_the_delivery_switch_reaches_the_colony(tmp_path: Path, delivery: 
         assert harness.colony.at_least_once is (delivery == "at_least_once")
 
 
+@pytest.mark.sqlite_only  # a cluster member claims a partition's rows whole
 async def test_a_journal_larger_than_the_mailbox_bounds_is_redelivered_a_page_at_a_time(
     tmp_path: Path,
 ) -> None:

@@ -22,6 +22,8 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from colony.activity import active_cells
 from colony.cell import CellClass, CellSpec, CellType
 from colony.config.loader import load_tree
@@ -356,6 +358,7 @@ async def _redelivery_costs(tree: Path, workdir: Path, count: int) -> tuple[floa
     return read, handled
 
 
+@pytest.mark.sqlite_only  # a cluster member claims a partition's rows whole
 async def test_a_journal_of_50000_messages_is_read_and_redelivered_at_the_cost_of_1000(
     make_tree: TreeFactory, tmp_path: Path
 ) -> None:

@@ -13,7 +13,6 @@ from typing import Any
 
 from colony.observability import file_logger
 from colony.operations import trace_lines
-from colony.persist.source import Source
 from colony.testing import ColonyHarness
 from scripted import ScriptedOpenAI, error_status
 from tests.conformance.cells import TEST_TYPES, user
@@ -126,7 +125,7 @@ async def test_trace_shows_the_error_on_the_failed_hop_and_where_the_dead_letter
     async with ColonyHarness(make_tree(raising_tree())) as colony:
         trace_id = await colony.send("/", user("Ada"), ttl=9)
         await colony.settle()
-        lines = trace_lines(Source.sqlite(colony.root / "colony.db"), trace_id)
+        lines = trace_lines(colony.colony.db.source, trace_id)
     assert lines[:3] == ["@external → /  ttl 8", "  / → /greeter  ttl 7", lines[2]]
     assert lines[2].startswith("    /greeter → /after  ttl 6  [finish_reason=error,")
     assert lines[3:] == [

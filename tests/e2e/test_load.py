@@ -6,6 +6,8 @@ and ~4,400 routing decisions). ``make soak`` runs 1,000 and 10,000 through ``ben
 
 from __future__ import annotations
 
+import pytest
+
 from colony.load import run_load
 
 
@@ -22,6 +24,7 @@ async def test_fifty_concurrent_conversations_complete_with_no_loss_and_no_dupli
     assert result.ok
 
 
+@pytest.mark.sqlite_only  # the load driver watches colony.db
 async def test_a_failed_load_run_names_the_code_and_cell_of_its_dead_letters() -> None:
     # A TTL far too small for the loop: every conversation dies of it, and the report must say
     # of what (a bare count once sent a 10,000 run's reader hunting for the cause).

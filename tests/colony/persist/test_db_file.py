@@ -18,6 +18,8 @@ from colony.persist.schema import ColonyDbError, probe
 from colony.testing import ColonyHarness
 from tests.conftest import TreeFactory, hive
 
+pytestmark = pytest.mark.sqlite_only  # colony.db deleted or replaced under the daemon
+
 BODY = {"messages": [{"origin": "user", "type": "text", "text": "hi"}]}
 
 

@@ -22,6 +22,8 @@ from colony.testing import ColonyHarness
 from tests.colony.persist.disk import fill, small_disk
 from tests.conftest import TreeFactory, cell, hive
 
+pytestmark = pytest.mark.sqlite_only  # a full disk under colony.db
+
 BIG = "x" * 2_000_000
 """A body the WAL must grow for: a commit of it needs free blocks."""
 
