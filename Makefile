@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/load.py
 	$(BIN)/python bench/vs_langgraph.py
+	$(BIN)/python bench/cluster.py
 	$(BIN)/python bench/scale.py
 	$(BIN)/python bench/report.py
 

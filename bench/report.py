@@ -20,7 +20,16 @@ from _table import results_path
 START = "<!-- bench-table:start -->"
 END = "<!-- bench-table:end -->"
 DOC = Path(__file__).resolve().parent.parent / "docs" / "performance.md"
-ORDER = ("expressions", "routing", "code_cell", "store", "load", "scale", "vs_langgraph")
+ORDER = (
+    "expressions",
+    "routing",
+    "code_cell",
+    "store",
+    "load",
+    "scale",
+    "vs_langgraph",
+    "cluster",
+)
 LOOP_ORDER = (None, "asyncio", "uvloop")
 
 TEMPLATE = f"""# Performance
