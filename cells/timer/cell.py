@@ -3,8 +3,8 @@
 Long-running. Two halves share one instance on one event loop:
 
 * ``handle(message)`` takes schedule ops (``add``, ``modify``, ``remove``, ``trigger``) and
-  keeps the database (``cell.db``) — the only truth — and the in-memory *plan* (the next due time of every
-  active schedule) in step;
+  keeps the database (``cell.db``) — the only truth — and the in-memory *plan* (the next due
+  time of every active schedule) in step;
 * ``run(ctx)`` sleeps until the earliest due time of the plan, or until an op changes the plan
   (an :class:`asyncio.Event`), and fires what is due.
 
@@ -523,10 +523,8 @@ class TimerCell:
             if self.shared is None:
                 self.overlay.save(update)
             else:
-                table = self.schedules.params_table
-                await self.shared.run(
-                    lambda conn: save_overlay(conn, table, update), self.query_timeout_ms
-                )
+                table = self.schedules.params_table  # unbounded, as in cell.db
+                await self.shared.run(lambda conn: save_overlay(conn, table, update), None)
             self.query_timeout_ms = update.get("query_timeout_ms", self.query_timeout_ms)
         return problem
 
