@@ -10,7 +10,9 @@ whichever node runs its conversation. So there it lives in the cluster's Postgre
   PostgreSQL (:attr:`colony.celltables.CellTables.dialect`), None for ``cell.db``;
 * :func:`state_table` names a table as the colony names cells' tables (``"<cell path>:<table>"``,
   :func:`colony.celltables.table_name`), fitted to PostgreSQL's 63 bytes as the store fits its
-  own (:func:`cells.store.dialect.pg_identifier`), and quoted;
+  own (:func:`cells.store.dialect.pg_identifier`), and quoted; each table's first column is the
+  store's hidden identity :data:`ROW` (insertion order, as SQLite's ``rowid``), so what reads a
+  store's tables in write order reads these too;
 * :func:`pg` turns a statement written for ``cell.db`` (``?`` marks) into psycopg's (``%s``),
   so a cell writes each statement once;
 * :class:`StateConnection` is the cell's connection (below);
@@ -45,14 +47,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from cells.cellfile import QueryTimeoutError
-from cells.store.dialect import pg_identifier
+from cells.store.dialect import ROW, pg_identifier
 from colony.cell import CellSpec
 from colony.celltables import quoted, table_name
 
 __all__ = [
+    "ROW",
+    "ROW_COLUMN",
     "StateConnection",
     "cluster_dsn",
     "create_tables",
+    "overlay_ddl",
     "pg",
     "read_overlay",
     "save_overlay",
@@ -60,6 +65,9 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+ROW_COLUMN = f"{ROW} BIGINT GENERATED ALWAYS AS IDENTITY"
+"""The first column of every table here (see :func:`state_table`)."""
 
 CONNECT_TIMEOUT_S = 10
 """How long opening the connection may take when no ``query_timeout_ms`` bounds it."""
@@ -116,8 +124,8 @@ def read_overlay(conn: Any, table: str) -> dict[str, Any]:
 def overlay_ddl(table: str) -> str:
     """The overlay table, the columns of :class:`cells.cellfile.ParamsOverlay`."""
     return (
-        f"CREATE TABLE IF NOT EXISTS {table} "
-        "(key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at BIGINT NOT NULL)"
+        f"CREATE TABLE IF NOT EXISTS {table} ({ROW_COLUMN}, "
+        "key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at BIGINT NOT NULL)"
     )
 
 
@@ -153,6 +161,18 @@ class StateConnection:
         self._conn: Any = None
         self._timeout_ms: int | None = None
         """The ``statement_timeout`` the session has (None: not set yet)."""
+
+    def describe(self, exc: BaseException) -> str:
+        """``exc`` in one line for a log, without the DSN's password (psycopg may quote the
+        DSN)."""
+        import psycopg
+
+        text = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        try:
+            secret = psycopg.conninfo.conninfo_to_dict(self.dsn).get("password")
+        except psycopg.Error:
+            return type(exc).__name__
+        return text.replace(str(secret), "***") if secret else text
 
     def _connection(self, timeout_ms: int | None) -> Any:
         import psycopg

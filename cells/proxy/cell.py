@@ -271,11 +271,24 @@ class ProxyCell:
             self.params = self._with_overlay(overlay)
         else:
             self.db = self.shared = ClusterState(dsn, spec.path)
-            self.offset = 0
-            self.params = birth  # the overlay is read with the cursor, before the first poll
+            self.offset, self.params = 0, birth
         self._db_errors: tuple[type[Exception], ...] = (QueryTimeoutError, *self.db.errors)
         self._opened = dsn is None
         self._opening = asyncio.Lock()
+        if self.shared is not None:
+            try:  # ready at once, as on cell.db ...
+                offset, overlay = self.shared.open_now(birth.query_timeout_ms)
+            except self._db_errors as exc:  # ... or before the first poll or answer
+                self._log(
+                    "warning",
+                    "proxy_state_deferred",
+                    error=self.shared.db.describe(exc),
+                    detail="the cluster database did not answer; the cell reads its state "
+                    "again before its first poll or answer",
+                )
+            else:
+                self.offset, self.params = offset, self._with_overlay(overlay)
+                self._opened = True
         _attach_redactor()
         _REDACTOR.hold(self.token)
         self._requests: list[HTTPXRequest] = []

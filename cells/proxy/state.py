@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from cells.cellfile import ParamsOverlay, QueryTimeoutError, open_cell_db
 from cells.clusterstate import (
+    ROW_COLUMN,
     StateConnection,
     create_tables,
     overlay_ddl,
@@ -186,33 +187,37 @@ class ClusterState:
         self.parts = state_table(cell_path, "sent_parts")
         self.params = state_table(cell_path, "proxy_params")
 
+    def open_now(self, timeout_ms: int) -> tuple[int, dict[str, Any]]:
+        """Make the tables where they are missing, forget old sent parts, and :meth:`read`;
+        in the calling thread (a cell being built)."""
+        return self.db.call(self._open, timeout_ms)
+
     async def open(self, timeout_ms: int) -> tuple[int, dict[str, Any]]:
-        """Make the tables where they are missing, forget old sent parts, and :meth:`read`."""
+        """:meth:`open_now`, off the event loop."""
+        return await self.db.run(self._open, timeout_ms)
 
-        def work(conn: Any) -> tuple[int, dict[str, Any]]:
-            create_tables(
-                conn,
-                self.cell_path,
-                [
-                    f"CREATE TABLE IF NOT EXISTS {self.cursor} "
-                    '(id INTEGER PRIMARY KEY CHECK (id = 1), "offset" BIGINT NOT NULL)',
-                    f"CREATE TABLE IF NOT EXISTS {self.parts} (message_id TEXT NOT NULL, "
-                    "part INTEGER NOT NULL, at BIGINT NOT NULL, PRIMARY KEY (message_id, part))",
-                    overlay_ddl(self.params),
-                ],
-                first=self.cursor,
-            )
-            conn.execute(
-                f'INSERT INTO {self.cursor} (id, "offset") VALUES (1, 0) '
-                "ON CONFLICT (id) DO NOTHING"
-            )
-            conn.execute(
-                f"DELETE FROM {self.parts} WHERE at < %s",
-                (int(time.time()) - SENT_PARTS_KEPT_S,),
-            )
-            return self._read(conn)
-
-        return await self.db.run(work, timeout_ms)
+    def _open(self, conn: Any) -> tuple[int, dict[str, Any]]:
+        create_tables(
+            conn,
+            self.cell_path,
+            [
+                f"CREATE TABLE IF NOT EXISTS {self.cursor} ({ROW_COLUMN}, "
+                'id INTEGER PRIMARY KEY CHECK (id = 1), "offset" BIGINT NOT NULL)',
+                f"CREATE TABLE IF NOT EXISTS {self.parts} ({ROW_COLUMN}, "
+                "message_id TEXT NOT NULL, part INTEGER NOT NULL, at BIGINT NOT NULL, "
+                "PRIMARY KEY (message_id, part))",
+                overlay_ddl(self.params),
+            ],
+            first=self.cursor,
+        )
+        conn.execute(
+            f'INSERT INTO {self.cursor} (id, "offset") VALUES (1, 0) ON CONFLICT (id) DO NOTHING'
+        )
+        conn.execute(
+            f"DELETE FROM {self.parts} WHERE at < %s",
+            (int(time.time()) - SENT_PARTS_KEPT_S,),
+        )
+        return self._read(conn)
 
     def _read(self, conn: Any) -> tuple[int, dict[str, Any]]:
         row = conn.execute(f'SELECT "offset" FROM {self.cursor} WHERE id = 1').fetchone()

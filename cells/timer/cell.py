@@ -138,7 +138,18 @@ class TimerCell:
             self._db_errors = (QueryTimeoutError, *self.shared.errors)
             self.schedules = Schedules.postgres_for(spec.path)
             self.query_timeout_ms: int = self.params.query_timeout_ms
-            self._opened = False  # the tables are read before the first op or firing
+            self._opened = False
+            try:  # ready at once, as on cell.db ...
+                self._loaded(self.shared.call(self._prepare, None))
+            except self._db_errors as exc:  # ... or before the first op or firing
+                if self.log is not None:
+                    self.log.warning(
+                        "timer_state_deferred",
+                        cell=self.path,
+                        error=self.shared.describe(exc),
+                        detail="the cluster database did not answer; the cell reads its "
+                        "schedules again before its first op or firing",
+                    )
             return
         self.schedules = Schedules.sqlite()
         self.conn, fresh = open_cell_db(spec.folder)
@@ -158,30 +169,33 @@ class TimerCell:
             self.schedules.insert(self._query, parse_op(entry), self.clock.now())
         self.conn.execute("COMMIT")
 
-    async def _open(self) -> None:
+    def _prepare(self, conn: Any) -> tuple[dict[str, Any], int | None, list[Any]]:
         """In a cluster: make the tables (the seeds go into fresh ones, as into a fresh
-        cell.db), read the overlay and plan (once, before anything else touches them)."""
+        cell.db) and read the overlay, the plan version and the active schedules."""
+        schedules = self.schedules
+        q = _pg_query(conn)
+        if create_tables(conn, self.path, schedules.ddl, schedules.table):
+            for entry in self.params.schedules:
+                schedules.insert(q, parse_op(entry), self.clock.now())
+        overlay = read_overlay(conn, schedules.params_table)
+        return overlay, schedules.version(q), schedules.active(q)
+
+    def _loaded(self, prepared: tuple[dict[str, Any], int | None, list[Any]]) -> None:
+        overlay, version, rows = prepared
+        self.query_timeout_ms = overlay.get("query_timeout_ms", self.params.query_timeout_ms)
+        self._seen = version
+        self._set_plan(rows, self.clock.now(), boot=True)
+        self._opened = True
+
+    async def _open(self) -> None:
+        """In a cluster, when the tables could not be read as the cell was built: read them
+        (once, before anything else touches them)."""
         shared = self.shared
         if self._opened or shared is None:
             return
         async with self._opening:
-            if self._opened:
-                return
-            schedules = self.schedules
-
-            def work(conn: Any) -> tuple[dict[str, Any], int | None, list[Any]]:
-                q = _pg_query(conn)
-                if create_tables(conn, self.path, schedules.ddl, schedules.table):
-                    for entry in self.params.schedules:
-                        schedules.insert(q, parse_op(entry), self.clock.now())
-                overlay = read_overlay(conn, schedules.params_table)
-                return overlay, schedules.version(q), schedules.active(q)
-
-            overlay, version, rows = await shared.run(work, None)
-            self.query_timeout_ms = overlay.get("query_timeout_ms", self.params.query_timeout_ms)
-            self._seen = version
-            self._set_plan(rows, self.clock.now(), boot=True)
-            self._opened = True
+            if not self._opened:
+                self._loaded(await shared.run(self._prepare, None))
 
     async def close(self) -> None:
         if self.shared is not None:

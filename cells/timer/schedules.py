@@ -14,7 +14,7 @@ node, with three additions that only several nodes need:
   row each tick and reads the schedules again only when it moved. (Reading every active
   schedule each tick costs 0.1 ms for 10 schedules, 0.6 ms for 1,000 and 7 ms for 10,000 on
   this machine's PostgreSQL, the version row 0.09 ms at any size);
-* ``seq`` keeps the order schedules were added in (SQLite's ``rowid``).
+* the store's hidden ``"~row"`` keeps the order schedules were added in (SQLite's ``rowid``).
 
 Each method takes a :data:`Query`: one statement with its values, bounded by the cell's
 ``query_timeout_ms`` where the cell says so.
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from cells.clusterstate import overlay_ddl, pg, state_table
+from cells.clusterstate import ROW, ROW_COLUMN, overlay_ddl, pg, state_table
 from cells.text import dumps_sorted
 from cells.timer.ops import Op, rfc3339
 from colony.envelope import JsonObject
@@ -57,7 +57,7 @@ CREATE TABLE IF NOT EXISTS schedules (
 
 _PG_SCHEDULES = """
 CREATE TABLE IF NOT EXISTS {t} (
-    seq           BIGINT GENERATED ALWAYS AS IDENTITY,
+    {row},
     schedule_id   TEXT PRIMARY KEY NOT NULL,
     schedule_name TEXT NOT NULL,
     kind          TEXT NOT NULL CHECK (kind IN ('cron', 'at')),
@@ -73,7 +73,7 @@ CREATE TABLE IF NOT EXISTS {t} (
 )
 """
 _PG_VERSION = (
-    "CREATE TABLE IF NOT EXISTS {v} (id INTEGER PRIMARY KEY CHECK (id = 1), "
+    "CREATE TABLE IF NOT EXISTS {v} ({row}, id INTEGER PRIMARY KEY CHECK (id = 1), "
     "version BIGINT NOT NULL)"
 )
 
@@ -157,7 +157,7 @@ class Schedules:
         self.postgres = postgres
         self.version_table = version
         self.params_table = params
-        order, lock = ("seq", " FOR UPDATE") if postgres else ("rowid", "")
+        order, lock = (ROW, " FOR UPDATE") if postgres else ("rowid", "")
 
         def render(template: str) -> str:
             return (pg(template) if postgres else template).format(t=table, order=order, lock=lock)
@@ -189,8 +189,8 @@ class Schedules:
     def ddl(self) -> list[str]:
         """The cluster database's tables (the schedules' first)."""
         return [
-            _PG_SCHEDULES.format(t=self.table),
-            _PG_VERSION.format(v=self.version_table),
+            _PG_SCHEDULES.format(t=self.table, row=ROW_COLUMN),
+            _PG_VERSION.format(v=self.version_table, row=ROW_COLUMN),
             f"INSERT INTO {self.version_table} (id, version) VALUES (1, 0) "
             "ON CONFLICT (id) DO NOTHING",
             overlay_ddl(self.params_table),

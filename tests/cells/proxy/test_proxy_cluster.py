@@ -239,6 +239,8 @@ async def test_when_the_polling_node_stops_the_other_polls_within_a_lease_and_no
                 for i in range(5):
                     telegram.push_text(CHAT, f"before {i}", user_id=USER)
                 await telegram.wait_sent(5)
+                await a.colony.settle()  # (an answer cut off by the stop may be sent again)
+                await b.colony.settle()
                 assert polls(b) == 0
                 await stack.aclose()  # a stops: its lease is handed back
                 stopped = time.monotonic()
@@ -260,15 +262,17 @@ async def test_when_the_polling_node_stops_the_other_polls_within_a_lease_and_no
 
 
 class Recorder:
+    """The I/O loop's context: keeps each emission's idempotency key."""
+
     path = "/proxy"
 
     def __init__(self) -> None:
-        self.emitted: list[JsonObject] = []
+        self.keys: list[str | None] = []
 
     async def emit(
         self, content: JsonObject, target: str | None = None, *, key: str | None = None
     ) -> None:
-        self.emitted.append(content)
+        self.keys.append(key)
 
 
 def cluster_spec(
@@ -287,19 +291,20 @@ def cluster_spec(
         params=params,
         contract=Contract(version="1", settings={}),
         cell=CellBlock(type="proxy"),
-        colony=ColonyConfig(cluster=config, delivery="at_most_once"),
+        colony=ColonyConfig(cluster=config),
         log=list_logger(records, "info"),
         tables=PgTablesHost(db),
         leader=leader,
     )
 
 
-async def test_a_poller_that_lost_its_lease_unnoticed_emits_nothing_it_fetched(
+async def test_a_poller_that_lost_its_lease_unnoticed_stops_at_the_cursor(
     pg_schema: PgSchema,
 ) -> None:
     """Node a leads, then stops renewing (paused); its lease expires and b takes over and
-    delivers two updates. When a wakes up with the same two updates fetched, it still
-    believes it leads: the cursor's compare-and-set refuses its save, so it emits nothing."""
+    delivers two updates. When a wakes up with the same two updates fetched, it still believes
+    it leads: its first emission carries the key b's did (the colony drops it as taken in
+    before), and the cursor's compare-and-set refuses its save, so it goes no further."""
     records: list[dict[str, Any]] = []
     config = ClusterConfig(dsn=pg_schema.dsn, partitions=1, lease_ms=1000)
     db = PgDb(pg_schema.dsn, "a", 1)
@@ -319,19 +324,20 @@ async def test_a_poller_that_lost_its_lease_unnoticed_emits_nothing_it_fetched(
             assert await members["b"].lead(LEASE)
             updates = tuple(
                 Update.de_json(telegram_update(1000 + i, CHAT, f"u{i}", user_id=USER), None)
-                for i in range(2)
+                for i in range(3)
             )
             await b._refresh(b.shared)
             into_b, into_a = Recorder(), Recorder()
             assert await b._deliver(into_b, updates)
-            assert len(into_b.emitted) == 2
+            assert into_b.keys == [f"telegram:/proxy:{1000 + i}" for i in range(3)]
             assert members["a"].leads(LEASE)  # a has not renewed since: it still believes
             assert await a._deliver(into_a, updates)
-            assert into_a.emitted == []
+            assert into_a.keys == ["telegram:/proxy:1000"]
             [moved] = [r for r in records if r["event"] == "proxy_cursor_moved"]
             assert (moved["update_id"], moved["expected"]) == (1000, 0)
+            assert a.offset == 0  # it learns the cursor again before its next poll
             state = ClusterState(pg_schema.dsn, "/proxy")
-            assert (await state.read(1000))[0] == 1002
+            assert (await state.read(1000))[0] == 1003
             await state.close()
     finally:
         for cell in cells:

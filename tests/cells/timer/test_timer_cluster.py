@@ -77,7 +77,7 @@ def leads(colony: ColonyHarness) -> bool:
 def rows(schema: PgSchema) -> list[tuple[Any, ...]]:
     with psycopg.connect(schema.dsn, autocommit=True) as conn:
         return conn.execute(
-            'SELECT schedule_id, iteration_n FROM "/remind:schedules" ORDER BY seq'
+            'SELECT schedule_id, iteration_n FROM "/remind:schedules" ORDER BY "~row"'
         ).fetchall()
 
 
