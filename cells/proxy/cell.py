@@ -459,10 +459,10 @@ class ProxyCell:
         the cursor: a crash in between fetches the update again and the key drops the copy.
         At-most-once saves the cursor first, as meclaw does: a crash in between loses it.
 
-        In a cluster the save is a compare-and-set from the offset this poll started at: a
-        node that lost the leader lease while it polled finds the cursor moved and stops
-        (at-most-once: before it emits; at-least-once: its emission was keyed, and whichever
-        node's came second was dropped). It also stops as soon as it knows the lease is gone."""
+        In a cluster (at-least-once: the keys are the cluster's, so whichever node's emission
+        of an update comes second is dropped) the save is a compare-and-set from the offset
+        this poll started at: a node that lost the leader lease while it polled finds the
+        cursor moved and stops. It also stops as soon as it knows the lease is gone."""
         for update in sorted(updates, key=lambda u: u.update_id):
             next_offset = update.update_id + 1
             if next_offset <= self.offset:
