@@ -362,7 +362,12 @@ class ProxyCell:
                     await self._refresh(self.shared)
                 except self._db_errors as exc:
                     transient = self._next_transient(transient)
-                    await self._backoff("transient", transient, exc)
+                    await self._backoff(
+                        "transient",
+                        transient,
+                        self.shared.db.describe(exc),
+                        what="the cursor could not be read from the cluster database",
+                    )
                     continue
             p = self.params
             bot = self._bot_for_current_url()
@@ -439,7 +444,14 @@ class ProxyCell:
         if overlay != self._overlay:
             self.params = self._with_overlay(overlay)
 
-    async def _backoff(self, kind: str, seconds: float, cause: BaseException | str) -> None:
+    async def _backoff(
+        self,
+        kind: str,
+        seconds: float,
+        cause: BaseException | str,
+        *,
+        what: str = "getUpdates failed",
+    ) -> None:
         self.backoffs.append((kind, seconds))
         self._log(
             "warning",
@@ -447,7 +459,7 @@ class ProxyCell:
             kind=kind,
             delay_s=seconds,
             error=self._scrub(cause),
-            detail="getUpdates failed; the next poll waits"
+            detail=f"{what}; the next poll waits"
             + (" (Telegram refuses the bot token)" if kind == "auth" else ""),
         )
         await self._sleep(seconds)
