@@ -9,6 +9,11 @@ reach the cell (:meth:`ProxyCell.handle`) are answers: the last assistant text t
 Telegram's 4096 characters — and nothing is emitted on success. What goes wrong is one
 ``proxy_inbound_error`` emission.
 
+In a cluster the state is in the cluster's database (:mod:`cells.proxy.state`), every node
+sends the answers of the conversations it runs, and only the holder of the leader lease
+``proxy:<path>`` polls: the others ask for it again every third of a lease, so polling moves
+to another node within about a lease when its node dies.
+
 The bot token never reaches a log line or an emission: our own messages never quote it, error
 texts are scrubbed, and the records python-telegram-bot and httpx log (their URLs hold the
 token) are scrubbed by a logging filter while a proxy cell is alive.
@@ -21,11 +26,8 @@ import logging
 import os
 import re
 import sqlite3
-import threading
-import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -39,8 +41,10 @@ from telegram.error import (
 )
 from telegram.request import HTTPXRequest
 
-from cells.cellfile import ParamsOverlay, QueryTimeoutError, open_cell_db
+from cells.cellfile import QueryTimeoutError
+from cells.clusterstate import cluster_dsn
 from cells.proxy.params import IMMUTABLE_KEYS, MUTABLE_KEYS, ProxyParams
+from cells.proxy.state import CellDbState, ClusterState, ProxyState
 from cells.redact import Redactor
 from colony.cell import CellContext, CellSpec, Emission
 from colony.crashpoints import crash_point
@@ -55,6 +59,10 @@ TELEGRAM_MAX_MESSAGE = 4096
 """Telegram's limit on one message's text (UTF-16 code units; characters for most text)."""
 
 Sleep = Callable[[float], Awaitable[None]]
+
+STANDBY_S = 1.0
+"""How long a node that does not hold the poller's lease waits before it asks again, when
+the cluster's lease is not known."""
 
 
 # -- the token stays out of logs ---------------------------------------------------------------
@@ -166,102 +174,6 @@ def split_message(text: str, limit: int = TELEGRAM_MAX_MESSAGE) -> list[str]:
     return parts
 
 
-# -- cell.db -------------------------------------------------------------------------------------
-
-
-class _CellDb:
-    """``update_cursor(id=1, offset)``, the parts already sent (``sent_parts``, so a message
-    redelivered after a crash is not sent twice) and the runtime params overlay, one writer at
-    a time."""
-
-    def __init__(self, folder: Path | None, query_timeout_ms: int) -> None:
-        self.conn, _ = open_cell_db(folder, busy_timeout_ms=query_timeout_ms)
-        self.lock = asyncio.Lock()
-        self.guard = threading.Lock()
-        """Held by the thread using the connection; close() takes it too."""
-        try:
-            self.conn.execute(
-                "CREATE TABLE IF NOT EXISTS update_cursor "
-                "(id INTEGER PRIMARY KEY CHECK (id = 1), offset INTEGER NOT NULL)"
-            )
-            self.conn.execute(
-                "CREATE TABLE IF NOT EXISTS sent_parts (message_id TEXT NOT NULL, "
-                "part INTEGER NOT NULL, at INTEGER NOT NULL, PRIMARY KEY (message_id, part))"
-            )
-            self.conn.execute(
-                "DELETE FROM sent_parts WHERE at < ?", (int(time.time()) - 7 * 24 * 3600,)
-            )
-            self.params = ParamsOverlay(self.conn, "proxy_params")
-        except sqlite3.Error:
-            self.conn.close()
-            raise
-
-    def offset(self) -> int:
-        row = self.conn.execute("SELECT offset FROM update_cursor WHERE id = 1").fetchone()
-        return int(row[0]) if row else 0
-
-    def overlay(self) -> dict[str, Any]:
-        return self.params.read()
-
-    async def _call(self, work: Callable[[], None], timeout_ms: int) -> None:
-        def run() -> None:
-            with self.guard:
-                self.conn.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}")
-                work()
-
-        async with self.lock:
-            try:
-                await asyncio.to_thread(run)
-            except sqlite3.OperationalError as exc:
-                text = str(exc).lower()
-                if "locked" in text or "busy" in text:
-                    raise QueryTimeoutError(
-                        f"cell.db stayed locked for query_timeout_ms ({timeout_ms} ms)"
-                    ) from exc
-                raise
-
-    async def save_offset(self, offset: int, timeout_ms: int) -> None:
-        def work() -> None:
-            self.conn.execute(
-                "INSERT INTO update_cursor (id, offset) VALUES (1, ?) "
-                "ON CONFLICT (id) DO UPDATE SET offset = excluded.offset",
-                (offset,),
-            )
-
-        await self._call(work, timeout_ms)
-
-    async def sent(self, message_id: str, timeout_ms: int) -> set[int]:
-        """Parts of this message Telegram has already accepted."""
-        parts: set[int] = set()
-
-        def work() -> None:
-            rows = self.conn.execute(
-                "SELECT part FROM sent_parts WHERE message_id = ?", (message_id,)
-            ).fetchall()
-            parts.update(int(r[0]) for r in rows)
-
-        await self._call(work, timeout_ms)
-        return parts
-
-    async def mark_sent(self, message_id: str, part: int, timeout_ms: int) -> None:
-        def work() -> None:
-            self.conn.execute(
-                "INSERT OR IGNORE INTO sent_parts (message_id, part, at) VALUES (?, ?, ?)",
-                (message_id, part, int(time.time())),
-            )
-
-        await self._call(work, timeout_ms)
-
-    async def save_overlay(self, values: dict[str, Any], timeout_ms: int) -> None:
-        await self._call(lambda: self.params.save(values), timeout_ms)
-
-    async def close(self) -> None:
-        async with self.lock:
-            # A cancelled _call releases ``lock`` while its thread still runs: wait for it.
-            with self.guard:
-                self.conn.close()
-
-
 # -- the cell ------------------------------------------------------------------------------------
 
 
@@ -333,18 +245,50 @@ class ProxyCell:
         self.emit_to = birth.emit_to
         self.at_least_once = spec.colony.delivery == "at_least_once"
         self._sleep: Sleep = sleep if sleep is not None else asyncio.sleep
-        self.db = _CellDb(spec.folder, birth.query_timeout_ms)
-        try:
-            self.offset = self.db.offset()
-            overlay = {k: v for k, v in self.db.overlay().items() if k in MUTABLE_KEYS}
-        except sqlite3.Error:
-            self.db.conn.close()
-            raise
-        try:
-            self.params = birth.merged(overlay) if overlay else birth
-        except ValidationError:
-            self.params = birth  # an overlay the birth params no longer admit: ignore it
-            self._log("warning", "proxy_params_overlay_ignored", keys=sorted(overlay))
+        self.birth = birth
+        self.leader = spec.leader
+        """Who polls in a cluster (None: a daemon alone, which always does)."""
+        self.lease = f"proxy:{spec.path}"
+        """The name of the leader lease whose holder polls."""
+        cluster = spec.colony.cluster
+        self.standby_s = cluster.lease_ms / 3000 if cluster is not None else STANDBY_S
+        """How long a node that does not poll waits before it asks for the lease again."""
+        self._leading: bool | None = None
+        dsn = cluster_dsn(spec)
+        self.db: ProxyState
+        self.shared: ClusterState | None = None
+        """The state in the cluster's database (None: in cell.db, read right here)."""
+        self._overlay: dict[str, Any] = {}
+        if dsn is None:
+            db = CellDbState(spec.folder, birth.query_timeout_ms)
+            try:
+                self.offset = db.offset()
+                overlay = db.overlay()
+            except sqlite3.Error:
+                db.conn.close()
+                raise
+            self.db = db
+            self.params = self._with_overlay(overlay)
+        else:
+            self.db = self.shared = ClusterState(dsn, spec.path)
+            self.offset, self.params = 0, birth
+        self._db_errors: tuple[type[Exception], ...] = (QueryTimeoutError, *self.db.errors)
+        self._opened = dsn is None
+        self._opening = asyncio.Lock()
+        if self.shared is not None:
+            try:  # ready at once, as on cell.db ...
+                offset, overlay = self.shared.open_now(birth.query_timeout_ms)
+            except self._db_errors as exc:  # ... or before the first poll or answer
+                self._log(
+                    "warning",
+                    "proxy_state_deferred",
+                    error=self.shared.db.describe(exc),
+                    detail="the cluster database did not answer; the cell reads its state "
+                    "again before its first poll or answer",
+                )
+            else:
+                self.offset, self.params = offset, self._with_overlay(overlay)
+                self._opened = True
         _attach_redactor()
         _REDACTOR.hold(self.token)
         self._requests: list[HTTPXRequest] = []
@@ -353,6 +297,29 @@ class ProxyCell:
         self.backoffs: list[tuple[str, float]] = []
         """Every poll backoff taken: ``(kind, seconds)`` with kind ``transient``, ``auth`` or
         ``flood`` (tests read it; the log has the same as ``proxy_poll_backoff``)."""
+        self.polls = 0
+        """``getUpdates`` requests this instance made (tests read it)."""
+
+    def _with_overlay(self, overlay: dict[str, Any]) -> ProxyParams:
+        """The birth params with the runtime overlay's mutable keys on top (the birth params
+        alone when the overlay no longer fits them: logged)."""
+        self._overlay = overlay
+        mutable = {k: v for k, v in overlay.items() if k in MUTABLE_KEYS}
+        try:
+            return self.birth.merged(mutable) if mutable else self.birth
+        except ValidationError:  # an overlay the birth params no longer admit: ignore it
+            self._log("warning", "proxy_params_overlay_ignored", keys=sorted(mutable))
+            return self.birth
+
+    async def _open(self) -> None:
+        """In a cluster: make the tables, read the cursor and the overlay (once)."""
+        if self._opened or self.shared is None:
+            return
+        async with self._opening:
+            if not self._opened:
+                offset, overlay = await self.shared.open(self.params.query_timeout_ms)
+                self.offset, self.params = offset, self._with_overlay(overlay)
+                self._opened = True
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -388,11 +355,26 @@ class ProxyCell:
     async def run(self, ctx: CellContext) -> None:
         transient = 0.0
         while True:
+            if not await self._polls():
+                continue
+            if self.shared is not None:
+                try:
+                    await self._refresh(self.shared)
+                except self._db_errors as exc:
+                    transient = self._next_transient(transient)
+                    await self._backoff(
+                        "transient",
+                        transient,
+                        self.shared.db.describe(exc),
+                        what="the cursor could not be read from the cluster database",
+                    )
+                    continue
             p = self.params
             bot = self._bot_for_current_url()
             wait = p.long_poll_request_secs
             read = p.long_poll_timeout_ms / 1000 - wait  # the Bot adds ``wait`` back on
             try:
+                self.polls += 1
                 async with asyncio.timeout(wait + p.long_poll_timeout_ms / 1000):
                     updates = await bot.get_updates(
                         offset=self.offset or None,
@@ -412,11 +394,7 @@ class ProxyCell:
                 await self._backoff("flood", max(_seconds(exc.retry_after), 0.0), exc)
                 continue
             except (TelegramError, httpx.HTTPError, OSError, TimeoutError) as exc:
-                transient = (
-                    self.BACKOFF_FIRST_S
-                    if transient == 0
-                    else min(transient * 2, self.BACKOFF_MAX_S)
-                )
+                transient = self._next_transient(transient)
                 await self._backoff("transient", transient, exc)
                 continue
             transient = 0.0
@@ -424,7 +402,56 @@ class ProxyCell:
                 transient = self.BACKOFF_FIRST_S
                 await self._backoff("transient", transient, "the update cursor was not saved")
 
-    async def _backoff(self, kind: str, seconds: float, cause: BaseException | str) -> None:
+    def _next_transient(self, transient: float) -> float:
+        return self.BACKOFF_FIRST_S if transient == 0 else min(transient * 2, self.BACKOFF_MAX_S)
+
+    async def _polls(self) -> bool:
+        """Whether this node polls this round: always alone; in a cluster while it holds the
+        leader lease (asked again before every poll: the lease moves when its holder dies).
+        A node without it waits a third of a lease before it asks again."""
+        if self.leader is None:
+            return True
+        held = await self.leader.lead(self.lease)
+        if held != self._leading:
+            self._leading = held
+            if held:
+                self._log(
+                    "info",
+                    "proxy_polling",
+                    lease=self.lease,
+                    detail="this node holds the proxy's leader lease and polls Telegram",
+                )
+            else:
+                self._log(
+                    "info",
+                    "proxy_standby",
+                    lease=self.lease,
+                    detail="another node holds the proxy's leader lease and polls Telegram; "
+                    "this node sends answers and asks for the lease again every "
+                    f"{self.standby_s:g} s",
+                )
+        if not held:
+            await asyncio.sleep(self.standby_s)
+        return held
+
+    async def _refresh(self, shared: ClusterState) -> None:
+        """In a cluster, before each poll: the cursor (another node may have moved it while
+        this one did not poll) and the params overlay (a ``params`` update taken in by another
+        node) as the database has them."""
+        await self._open()
+        offset, overlay = await shared.read(self.params.query_timeout_ms)
+        self.offset = offset
+        if overlay != self._overlay:
+            self.params = self._with_overlay(overlay)
+
+    async def _backoff(
+        self,
+        kind: str,
+        seconds: float,
+        cause: BaseException | str,
+        *,
+        what: str = "getUpdates failed",
+    ) -> None:
         self.backoffs.append((kind, seconds))
         self._log(
             "warning",
@@ -432,7 +459,7 @@ class ProxyCell:
             kind=kind,
             delay_s=seconds,
             error=self._scrub(cause),
-            detail="getUpdates failed; the next poll waits"
+            detail=f"{what}; the next poll waits"
             + (" (Telegram refuses the bot token)" if kind == "auth" else ""),
         )
         await self._sleep(seconds)
@@ -442,16 +469,33 @@ class ProxyCell:
 
         At-least-once delivery emits first (journalled, keyed by the update id) and then saves
         the cursor: a crash in between fetches the update again and the key drops the copy.
-        At-most-once saves the cursor first, as meclaw does: a crash in between loses it."""
+        At-most-once saves the cursor first, as meclaw does: a crash in between loses it.
+
+        In a cluster (at-least-once: the keys are the cluster's, so whichever node's emission
+        of an update comes second is dropped) the save is a compare-and-set from the offset
+        this poll started at: a node that lost the leader lease while it polled finds the
+        cursor moved and stops. It also stops as soon as it knows the lease is gone."""
         for update in sorted(updates, key=lambda u: u.update_id):
             next_offset = update.update_id + 1
             if next_offset <= self.offset:
                 continue  # already handled (Telegram sent it again)
+            if self.leader is not None and not self.leader.leads(self.lease):
+                self._log(
+                    "warning",
+                    "proxy_lease_lost",
+                    lease=self.lease,
+                    update_id=update.update_id,
+                    detail="this node lost the proxy's leader lease while it polled; what it "
+                    "fetched is left to the node that holds the lease",
+                )
+                return True
             if self.at_least_once:
                 await self._emit(ctx, update)
             try:
-                await self.db.save_offset(next_offset, self.params.query_timeout_ms)
-            except (QueryTimeoutError, sqlite3.Error) as exc:
+                saved = await self.db.save_offset(
+                    next_offset, self.params.query_timeout_ms, expected=self.offset
+                )
+            except self._db_errors as exc:
                 self._log(
                     "error",
                     "proxy_cursor_save_failed",
@@ -460,6 +504,17 @@ class ProxyCell:
                     detail="the update is not emitted; it is fetched again on the next poll",
                 )
                 return False
+            if not saved:
+                self._log(
+                    "warning",
+                    "proxy_cursor_moved",
+                    lease=self.lease,
+                    update_id=update.update_id,
+                    expected=self.offset,
+                    detail="another node moved the update cursor (it polls now); this node "
+                    "emits nothing more of what it fetched",
+                )
+                return True
             self.offset = next_offset
             if not self.at_least_once:
                 await self._emit(ctx, update)
@@ -504,6 +559,7 @@ class ProxyCell:
         return [Emission(_error(code, detail), message.reply_to or message.target)]
 
     async def _handle(self, message: Envelope) -> tuple[str, str] | None:
+        await self._open()
         body = message.body
         if not isinstance(body, dict):
             return "invalid_body", "the body must be a JSON object"
@@ -601,8 +657,8 @@ class ProxyCell:
             await self.db.save_overlay(values, self.params.query_timeout_ms)
         except QueryTimeoutError as exc:
             return "query_timeout", f"params write: {exc}"
-        except sqlite3.Error as exc:
-            return "invalid_input", f"cell.db params write failed: {exc}"
+        except self.db.errors as exc:
+            return "invalid_input", f"{self.db.where} params write failed: {exc}"
         self.params = merged
         self._log("info", "proxy_params_updated", keys=sorted(update))
         return None

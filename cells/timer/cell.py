@@ -3,8 +3,8 @@
 Long-running. Two halves share one instance on one event loop:
 
 * ``handle(message)`` takes schedule ops (``add``, ``modify``, ``remove``, ``trigger``) and
-  keeps ``cell.db`` — the only truth — and the in-memory *plan* (the next due time of every
-  active schedule) in step;
+  keeps the database (``cell.db``) — the only truth — and the in-memory *plan* (the next due
+  time of every active schedule) in step;
 * ``run(ctx)`` sleeps until the earliest due time of the plan, or until an op changes the plan
   (an :class:`asyncio.Event`), and fires what is due.
 
@@ -15,30 +15,50 @@ a one-shot ``completed``) is written before the emission. Missed firings are nev
 cron schedule is planned strictly after *now*, and a one-shot whose time passed while the
 daemon was down stays unplanned (logged) at the next start.
 
+In a cluster the schedules are in the cluster's database (:mod:`cells.timer.schedules`): any
+node takes ops, and only the holder of the leader lease ``timer:<path>`` fires, asking for it
+again every tick; it plans again when an op taken in elsewhere moved the schedules' version.
+A due time is claimed in the row before it fires, so it fires once whichever node fires it.
+
 Time comes from a :class:`Clock`, so tests can drive the loop with a fake one. The ops are read
-by :mod:`cells.timer.ops`, the params by :mod:`cells.timer.params`.
+by :mod:`cells.timer.ops`, the params by :mod:`cells.timer.params`, the SQL is
+:mod:`cells.timer.schedules`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from cells.cellfile import ParamsOverlay, QueryTimeoutError, bounded, open_cell_db
+from cells.clusterstate import (
+    StateConnection,
+    cluster_dsn,
+    create_tables,
+    read_overlay,
+    save_overlay,
+)
 from cells.text import dumps_sorted
 from cells.timer.cron import CronExpr
 from cells.timer.ops import Op, OpError, parse_at, parse_op, rfc3339
 from cells.timer.params import TimerParams, update_problem
+from cells.timer.schedules import SCHEMA, Query, Row, Schedules
 from cells.toolcall import ToolCallError, parse_tool_call, result_turn
 from colony.cell import CellContext, CellSpec, Emission
 from colony.envelope import Envelope, JsonObject
 from colony.ids import uuid7
 
 __all__ = ["Clock", "SystemClock", "TimerCell"]
+
+T = TypeVar("T")
+
+TICK_S = 1.0
+"""In a cluster, the longest the firing node sleeps between asks for its lease (a third of the
+lease when that is shorter)."""
 
 
 # -- time ---------------------------------------------------------------------------------------
@@ -75,59 +95,6 @@ class SystemClock:
         return True
 
 
-# -- the database -------------------------------------------------------------------------------
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS schedules (
-    schedule_id   TEXT PRIMARY KEY NOT NULL,
-    schedule_name TEXT NOT NULL,
-    kind          TEXT NOT NULL CHECK (kind IN ('cron', 'at')),
-    cron          TEXT,
-    at            TEXT,
-    emit_to       TEXT NOT NULL,
-    emit_body     TEXT NOT NULL,
-    emit_headers  TEXT NOT NULL,
-    status        TEXT NOT NULL CHECK (status IN ('active', 'completed', 'removed')),
-    iteration_n   INTEGER NOT NULL DEFAULT 0,
-    created_at    TEXT NOT NULL
-);
-"""
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    """One schedule as ``cell.db`` holds it."""
-
-    schedule_id: str
-    schedule_name: str
-    kind: str
-    cron: str | None
-    at: str | None
-    emit_to: str
-    emit_body: Any
-    emit_headers: JsonObject
-    status: str
-    iteration_n: int
-
-    @property
-    def moment(self) -> tuple[str, str]:
-        """What decides when it fires: ``(kind, expression or time)``."""
-        return (self.kind, (self.cron if self.kind == "cron" else self.at) or "")
-
-
-_COLUMNS = (
-    "schedule_id, schedule_name, kind, cron, at, emit_to, emit_body, emit_headers, status, "
-    "iteration_n"
-)
-
-
-def _row(values: tuple[Any, ...]) -> Row:
-    sid, name, kind, cron, at, emit_to, body, headers, status, iteration = values
-    return Row(
-        sid, name, kind, cron, at, emit_to, json.loads(body), json.loads(headers), status, iteration
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class _Planned:
     moment: tuple[str, str]
@@ -144,66 +111,119 @@ class TimerCell:
         self.path = spec.path
         self.log = spec.log
         self.clock: Clock = clock or SystemClock()
-        self.conn, fresh = open_cell_db(spec.folder)
-        self.conn.executescript(_SCHEMA)
-        self.overlay = ParamsOverlay(self.conn, "timer_params")
-        self.query_timeout_ms: int = self.overlay.read().get(
-            "query_timeout_ms", self.params.query_timeout_ms
-        )
-        if fresh:
-            self._seed()
+        self.leader = spec.leader
+        """Who fires in a cluster (None: a daemon alone, which always does)."""
+        self.lease = f"timer:{spec.path}"
+        """The name of the leader lease whose holder fires the planned due times."""
+        cluster = spec.colony.cluster
+        self.tick_s = min(TICK_S, cluster.lease_ms / 3000) if cluster is not None else TICK_S
+        """In a cluster, the longest the firing node sleeps before it asks for the lease again
+        and looks for ops taken in by other nodes; how long another node waits between asks."""
         self._crons: dict[str, CronExpr] = {}
         self._plan: dict[str, _Planned] = {}
         self._changed = asyncio.Event()
         self._ctx: CellContext | None = None
         self._pending: list[str] = []
         """Triggers that arrived before the I/O loop started."""
-        self._replan(self.clock.now(), boot=True)
+        self._leading: bool | None = None
+        self._seen: int | None = None
+        """The plan version (:meth:`Schedules.version`) the plan was last read at."""
+        dsn = cluster_dsn(spec)
+        self.shared: StateConnection | None = None
+        """The cluster database's connection (None: the schedules are in cell.db)."""
+        self._db_errors: tuple[type[Exception], ...] = (QueryTimeoutError,)
+        self._opening = asyncio.Lock()
+        if dsn is not None:
+            self.shared = StateConnection(dsn)
+            self._db_errors = (QueryTimeoutError, *self.shared.errors)
+            self.schedules = Schedules.postgres_for(spec.path)
+            self.query_timeout_ms: int = self.params.query_timeout_ms
+            self._opened = False
+            try:  # ready at once, as on cell.db ...
+                self._loaded(self.shared.call(self._prepare, None))
+            except self._db_errors as exc:  # ... or before the first op or firing
+                if self.log is not None:
+                    self.log.warning(
+                        "timer_state_deferred",
+                        cell=self.path,
+                        error=self.shared.describe(exc),
+                        detail="the cluster database did not answer; the cell reads its "
+                        "schedules again before its first op or firing",
+                    )
+            return
+        self.schedules = Schedules.sqlite()
+        self.conn, fresh = open_cell_db(spec.folder)
+        self.conn.executescript(SCHEMA)
+        self.overlay = ParamsOverlay(self.conn, "timer_params")
+        self.query_timeout_ms = self.overlay.read().get(
+            "query_timeout_ms", self.params.query_timeout_ms
+        )
+        if fresh:
+            self._seed()
+        self._opened = True
+        self._set_plan(self.schedules.active(self._unbounded), self.clock.now(), boot=True)
 
     def _seed(self) -> None:
         self.conn.execute("BEGIN")
         for entry in self.params.schedules:
-            self._insert(parse_op(entry))
+            self.schedules.insert(self._query, parse_op(entry), self.clock.now())
         self.conn.execute("COMMIT")
 
+    def _prepare(self, conn: Any) -> tuple[dict[str, Any], int | None, list[Any]]:
+        """In a cluster: make the tables (the seeds go into fresh ones, as into a fresh
+        cell.db) and read the overlay, the plan version and the active schedules."""
+        schedules = self.schedules
+        q = _pg_query(conn)
+        if create_tables(conn, self.path, schedules.ddl, schedules.table):
+            for entry in self.params.schedules:
+                schedules.insert(q, parse_op(entry), self.clock.now())
+        overlay = read_overlay(conn, schedules.params_table)
+        return overlay, schedules.version(q), schedules.active(q)
+
+    def _loaded(self, prepared: tuple[dict[str, Any], int | None, list[Any]]) -> None:
+        overlay, version, rows = prepared
+        self.query_timeout_ms = overlay.get("query_timeout_ms", self.params.query_timeout_ms)
+        self._seen = version
+        self._set_plan(rows, self.clock.now(), boot=True)
+        self._opened = True
+
+    async def _open(self) -> None:
+        """In a cluster, when the tables could not be read as the cell was built: read them
+        (once, before anything else touches them)."""
+        shared = self.shared
+        if self._opened or shared is None:
+            return
+        async with self._opening:
+            if not self._opened:
+                self._loaded(await shared.run(self._prepare, None))
+
     async def close(self) -> None:
-        self.conn.close()
+        if self.shared is not None:
+            await self.shared.close()
+        else:
+            self.conn.close()
 
     def _note(self, event: str, **fields: Any) -> None:
         if self.log is not None:
             self.log.info(event, cell=self.path, **fields)
 
-    # -- cell.db, under query_timeout_ms ---------------------------------------------------
+    # -- the database, under query_timeout_ms ------------------------------------------------
 
     def _query(self, sql: str, values: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         """One statement, interrupted past ``query_timeout_ms`` (:class:`QueryTimeoutError`)."""
         with bounded(self.conn, self.query_timeout_ms):
             return self.conn.execute(sql, values)
 
-    def _load(self, schedule_id: str) -> Row | None:
-        found = self._query(
-            f"SELECT {_COLUMNS} FROM schedules WHERE schedule_id = ?", (schedule_id,)
-        ).fetchone()
-        return None if found is None else _row(found)
+    def _unbounded(self, sql: str, values: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        return self.conn.execute(sql, values)
 
-    def _order_values(self, op: Op) -> tuple[Any, ...]:
-        return (
-            op.schedule_name,
-            "cron" if op.cron is not None else "at",
-            op.cron,
-            None if op.at is None else rfc3339(op.at, millis=True),
-            op.emit_to,
-            dumps_sorted(op.emit_body),
-            dumps_sorted(op.emit_headers or {}),
-        )
-
-    def _insert(self, op: Op) -> None:
-        self._query(
-            "INSERT INTO schedules (schedule_id, schedule_name, kind, cron, at, emit_to, "
-            "emit_body, emit_headers, status, iteration_n, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'active', 0, ?)",
-            (op.schedule_id, *self._order_values(op), rfc3339(self.clock.now())),
-        )
+    async def _db(self, work: Callable[[Query], T], *, bounded: bool = True) -> T:
+        """Run ``work`` on the schedules: on cell.db right here, statement by statement (as
+        the timer always did); in a cluster as one transaction, off the event loop."""
+        if self.shared is None:
+            return work(self._query if bounded else self._unbounded)
+        timeout_ms = self.query_timeout_ms if bounded else None
+        return await self.shared.run(lambda conn: work(_pg_query(conn)), timeout_ms)
 
     # -- the plan ----------------------------------------------------------------------------
 
@@ -213,15 +233,22 @@ class TimerCell:
             expr = self._crons[text] = CronExpr.parse(text)
         return expr
 
-    def _replan(self, now: datetime, *, boot: bool = False) -> None:
-        """Rebuild the plan from cell.db, keeping the due time of every schedule whose moment
-        did not change. In ``rowid`` order: schedules due at the same second fire in the order
-        they were added. Not under ``query_timeout_ms``: a plan left stale would be worse than
-        a slow op."""
-        rows = self.conn.execute(
-            "SELECT schedule_id, kind, cron, at FROM schedules WHERE status = 'active' "
-            "ORDER BY rowid"
-        ).fetchall()
+    async def _replan(self, now: datetime) -> None:
+        """Rebuild the plan from the database. Not under ``query_timeout_ms``: a plan left
+        stale would be worse than a slow op."""
+        schedules = self.schedules
+
+        def read(q: Query) -> tuple[int | None, list[Any]]:
+            return schedules.version(q), schedules.active(q)
+
+        version, rows = await self._db(read, bounded=False)
+        self._seen = version
+        self._set_plan(rows, now)
+
+    def _set_plan(self, rows: list[Any], now: datetime, *, boot: bool = False) -> None:
+        """The plan of the active schedules ``rows``, keeping the due time of every schedule
+        whose moment did not change. In insertion order: schedules due at the same second
+        fire in the order they were added."""
         plan: dict[str, _Planned] = {}
         for schedule_id, kind, cron, at in rows:
             moment = (kind, (cron if kind == "cron" else at) or "")
@@ -240,26 +267,89 @@ class TimerCell:
         self._plan = plan
         self._changed.set()
 
+    # -- who fires (a cluster) ---------------------------------------------------------------
+
+    async def _fires(self) -> bool:
+        """Whether this node fires this round: always alone; in a cluster while it holds the
+        leader lease (asked again every tick). A node that takes the lease over plans its cron
+        schedules afresh from now: what came due while it did not fire was the old holder's
+        (or, in the gap between the two, is skipped like the slots of a stall)."""
+        leader = self.leader
+        if leader is None:
+            return True
+        held = await leader.lead(self.lease)
+        if held and not self._leading:
+            try:
+                self._plan = {sid: p for sid, p in self._plan.items() if p.moment[0] == "at"}
+                await self._replan(self.clock.now())
+            except self._db_errors as exc:
+                self._note("timer_replan_failed", error=f"{type(exc).__name__}: {exc}")
+                held = False
+            else:
+                self._note(
+                    "timer_firing",
+                    lease=self.lease,
+                    detail="this node holds the timer's leader lease and fires its schedules",
+                )
+        elif not held and self._leading is not False:
+            self._note(
+                "timer_standby",
+                lease=self.lease,
+                detail="another node holds the timer's leader lease and fires the schedules; "
+                "this node takes ops and asks for the lease again every "
+                f"{self.tick_s:g} s",
+            )
+        self._leading = held
+        if not held:
+            await self.clock.wait(asyncio.Event(), self.tick_s)
+        return held
+
+    async def _follow(self) -> None:
+        """Plan again when an op taken in by another node changed the schedules."""
+        if self.shared is None:
+            return
+        version = await self._db(self.schedules.version)
+        if version != self._seen:
+            await self._replan(self.clock.now())
+
     # -- the I/O loop ------------------------------------------------------------------------
 
     async def run(self, ctx: CellContext) -> None:
         self._ctx = ctx
+        while True:
+            try:
+                await self._open()
+                break
+            except self._db_errors as exc:  # the cluster database is out: try again
+                self._note("timer_open_failed", error=f"{type(exc).__name__}: {exc}")
+                await self.clock.wait(asyncio.Event(), self.tick_s)
         pending, self._pending = self._pending, []
         for schedule_id in pending:
             await self._fire(schedule_id, self.clock.now(), None)
+        tick = None if self.leader is None else self.tick_s
         while True:
+            if not await self._fires():
+                continue
             self._changed.clear()
+            try:
+                await self._follow()
+            except self._db_errors as exc:
+                self._note("timer_replan_failed", error=f"{type(exc).__name__}: {exc}")
+                await self.clock.wait(asyncio.Event(), self.tick_s)
+                continue
             now = self.clock.now()
             due_at = min((p.due for p in self._plan.values() if p.due is not None), default=None)
             if due_at is None:
-                await self.clock.wait(self._changed, None)
+                await self.clock.wait(self._changed, tick)
                 continue
             delay = (due_at - now).total_seconds()
             if delay > 0:
-                await self.clock.wait(self._changed, delay)
+                await self.clock.wait(self._changed, delay if tick is None else min(delay, tick))
                 continue
             batch = [(sid, planned) for sid, planned in self._plan.items() if planned.due == due_at]
             for schedule_id, planned in batch:
+                if self.leader is not None and not self.leader.leads(self.lease):
+                    break  # the lease moved: the new holder fires the rest
                 await self._fire(schedule_id, due_at, planned)
             # The next slot is the first after the one just fired that is not over yet: after a
             # stall the slots in between are skipped, but the current second still fires.
@@ -282,24 +372,40 @@ class TimerCell:
         if ctx is None:
             self._pending.append(schedule_id)
             return
-        try:
-            row = self._load(schedule_id)
+        schedules = self.schedules
+
+        def work(q: Query) -> Row | str:
+            row = schedules.load(q, schedule_id)
             if row is None or row.status != "active":
-                return  # removed (or completed) after it was planned
+                return "inactive"  # removed (or completed) after it was planned
             if planned is not None and row.moment != planned.moment:
-                return  # modified after it was planned; its new moment is planned already
-            if row.kind == "at":
-                self._query(
-                    "UPDATE schedules SET status = 'completed' WHERE schedule_id = ?",
-                    (schedule_id,),
-                )
-            else:
-                self._query(
-                    "UPDATE schedules SET iteration_n = iteration_n + 1 WHERE schedule_id = ?",
-                    (schedule_id,),
-                )
+                return "modified"  # its new moment is planned already
+            if planned is not None and not schedules.claim(q, schedule_id, scheduled_at):
+                return "fired"  # by another node of the cluster
+            schedules.fired(q, row)
+            return row
+
+        try:
+            row = await self._db(work)
         except QueryTimeoutError:
             self._note("timer_fire_skipped", schedule_id=schedule_id, reason="query_timeout")
+            return
+        except self._db_errors as exc:
+            self._note(
+                "timer_fire_skipped",
+                schedule_id=schedule_id,
+                reason="database",
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            return
+        if isinstance(row, str):
+            if row == "fired":
+                self._note(
+                    "timer_fire_fenced",
+                    schedule_id=schedule_id,
+                    scheduled_at=rfc3339(scheduled_at),
+                    detail="another node of the cluster fired this due time",
+                )
             return
         header = dict(row.emit_headers)
         header.update(
@@ -318,6 +424,7 @@ class TimerCell:
     # -- ops ---------------------------------------------------------------------------------
 
     async def handle(self, message: Envelope) -> list[Emission]:
+        await self._open()
         target = message.reply_to or self.path
         content = await self._answer(message.body)
         return [] if content is None else [Emission(content, target)]
@@ -326,7 +433,7 @@ class TimerCell:
         if not isinstance(body, dict):
             return _op_error("invalid_body", "the body must be a JSON object", None, None, False)
         if "params" in body:  # a runtime params update stands alone
-            problem = self._update_params(body["params"])
+            problem = await self._update_params(body["params"])
             return (
                 None if problem is None else _op_error("invalid_input", problem, None, None, False)
             )
@@ -345,10 +452,10 @@ class TimerCell:
         named = named if isinstance(named, str) else None
         try:
             op = parse_op(value)
-            self._apply(op)
+            await self._apply(op)
             if op.op == "trigger":
                 await self._fire(op.schedule_id, self.clock.now(), None)
-                self._replan(self.clock.now())  # a triggered one-shot is done
+                await self._replan(self.clock.now())  # a triggered one-shot is done
         except OpError as exc:
             return _op_error(exc.code, exc.detail, call_id, named, tool)
         except QueryTimeoutError:
@@ -362,63 +469,57 @@ class TimerCell:
             "messages": [result_turn(text, call_id)],
         }
 
-    def _apply(self, op: Op) -> None:
-        """Carry out ``op`` in cell.db and the plan (a trigger only checks); raises
-        :class:`OpError` or :class:`QueryTimeoutError`."""
+    async def _apply(self, op: Op) -> None:
+        """Carry out ``op`` in the database and the plan (a trigger only checks); raises
+        :class:`OpError` or :class:`QueryTimeoutError`. In a cluster the op is one
+        transaction."""
         now = self.clock.now()
-        sid = op.schedule_id
-        if op.op == "add":
-            self._refuse_past(op, now)
-        current = self._load(sid)
-        if op.op == "add":
-            if current is None:
-                self._insert(op)
-            elif current.status == "removed":  # the same id ordered again: revive it
-                self._query(
-                    "UPDATE schedules SET schedule_name = ?, kind = ?, cron = ?, at = ?, "
-                    "emit_to = ?, emit_body = ?, emit_headers = ?, status = 'active', "
-                    "iteration_n = 0 WHERE schedule_id = ?",
-                    (*self._order_values(op), sid),
-                )
-            elif current.status == "active" and current.moment == _moment_of(op):
-                return  # a repeated order is one order
-            else:
+        schedules = self.schedules
+
+        def work(q: Query) -> bool:
+            """The op's statements; False when nothing changed."""
+            sid = op.schedule_id
+            schedules.begin_op(q)
+            if op.op == "add":
+                self._refuse_past(op, now)
+            current = schedules.load(q, sid)
+            if op.op == "add":
+                if current is None:
+                    schedules.insert(q, op, self.clock.now())
+                elif current.status == "removed":  # the same id ordered again: revive it
+                    schedules.revive(q, op)
+                elif current.status == "active" and current.moment == _moment_of(op):
+                    return False  # a repeated order is one order
+                else:
+                    raise OpError(
+                        "schedule_id_exists",
+                        f"add: schedule_id {sid} already names another schedule",
+                    )
+            elif current is None:
+                raise OpError("schedule_not_found", f"{op.op}: schedule {sid} is unknown")
+            elif op.op == "modify":
+                if (current.kind == "cron" and op.at is not None) or (
+                    current.kind == "at" and op.cron is not None
+                ):
+                    runs = "a cron expression" if current.kind == "cron" else "a one-shot time (at)"
+                    raise OpError(
+                        "kind_mismatch",
+                        f"modify: schedule {sid} runs on {runs} and cannot switch kind "
+                        "(remove it, then add a new one)",
+                    )
+                self._refuse_past(op, now)
+                schedules.modify(q, op)
+            elif current.status != "active":
                 raise OpError(
-                    "schedule_id_exists", f"add: schedule_id {sid} already names another schedule"
+                    "schedule_not_found", f"{op.op}: schedule {sid} is {current.status}, not active"
                 )
-        elif current is None:
-            raise OpError("schedule_not_found", f"{op.op}: schedule {sid} is unknown")
-        elif op.op == "modify":
-            if (current.kind == "cron" and op.at is not None) or (
-                current.kind == "at" and op.cron is not None
-            ):
-                runs = "a cron expression" if current.kind == "cron" else "a one-shot time (at)"
-                raise OpError(
-                    "kind_mismatch",
-                    f"modify: schedule {sid} runs on {runs} and cannot switch kind "
-                    "(remove it, then add a new one)",
-                )
-            self._refuse_past(op, now)
-            self._query(
-                "UPDATE schedules SET schedule_name = COALESCE(?, schedule_name), "
-                "cron = COALESCE(?, cron), at = COALESCE(?, at), "
-                "emit_to = COALESCE(?, emit_to) WHERE schedule_id = ?",
-                (
-                    op.schedule_name,
-                    op.cron,
-                    None if op.at is None else rfc3339(op.at, millis=True),
-                    op.emit_to,
-                    sid,
-                ),
-            )
-        elif current.status != "active":
-            raise OpError(
-                "schedule_not_found", f"{op.op}: schedule {sid} is {current.status}, not active"
-            )
-        elif op.op == "remove":
-            self._query("UPDATE schedules SET status = 'removed' WHERE schedule_id = ?", (sid,))
-        if op.op != "trigger":
-            self._replan(now)
+            elif op.op == "remove":
+                schedules.remove(q, sid)
+            return True
+
+        changed = await self._db(work)
+        if changed and op.op != "trigger":
+            await self._replan(now)
 
     @staticmethod
     def _refuse_past(op: Op, now: datetime) -> None:
@@ -430,12 +531,25 @@ class TimerCell:
                 "nothing was stored",
             )
 
-    def _update_params(self, update: Any) -> str | None:
+    async def _update_params(self, update: Any) -> str | None:
         problem = update_problem(update)
         if problem is None:
-            self.overlay.save(update)
+            if self.shared is None:
+                self.overlay.save(update)
+            else:
+                table = self.schedules.params_table  # unbounded, as in cell.db
+                await self.shared.run(lambda conn: save_overlay(conn, table, update), None)
             self.query_timeout_ms = update.get("query_timeout_ms", self.query_timeout_ms)
         return problem
+
+
+def _pg_query(conn: Any) -> Query:
+    """A :data:`Query` on a psycopg connection (the statements are rendered for it)."""
+
+    def query(sql: str, values: tuple[Any, ...] = ()) -> Any:
+        return conn.execute(sql, values)
+
+    return query
 
 
 def _moment_of(op: Op) -> tuple[str, str]:
