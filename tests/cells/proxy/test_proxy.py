@@ -582,6 +582,7 @@ async def test_a_params_slot_refuses_what_it_may_not_change(
         assert bot.colony.rows("/proxy", "proxy_params") == []
 
 
+@pytest.mark.sqlite_only  # locks the cell's cell.db
 async def test_a_locked_cell_db_is_query_timeout(make_tree: TreeFactory) -> None:
     async with running(make_tree, query_timeout_ms=200) as bot:
         folder = bot.colony.colony.runners["/proxy"].spec.folder

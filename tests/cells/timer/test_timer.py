@@ -565,6 +565,7 @@ async def test_a_tool_lane_adds_triggers_and_is_told_about_unknown_ids(
     assert fired.trace_id != triggered.trace_id  # a firing starts its own trace
 
 
+@pytest.mark.sqlite_only  # reads the cell's cell.db
 async def test_a_cron_every_second_fires_on_the_wall_clock_and_counts_in_cell_db(
     make_tree: TreeFactory,
 ) -> None:
