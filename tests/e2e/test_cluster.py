@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import time
 from collections import Counter
@@ -23,10 +24,12 @@ from typing import Any
 import pytest
 
 from colony.crashpoints import ENV as CRASH_ENV
+from colony.demo import offline_tree
 from colony.load import responder
 from colony.load.cluster import Daemons as Cluster
 from colony.load.cluster import cluster_tree, send_all
-from colony.testing import ScriptedOpenAI
+from colony.testing import ScriptedOpenAI, ScriptedTelegram, text_reply, tool_calls_reply
+from scripted.search import ScriptedSearch
 from tests.pg import PgSchema
 
 ROUNDS, TOOLS = 3, 2
@@ -208,3 +211,97 @@ async def test_a_node_joining_mid_load_takes_partitions_only_by_drain(
             assert "partitions_lost" not in events, f"{name} lost a partition by force"
         handed = [e for n in ("a", "b") for e in cluster.events(n)]
         assert any(e.get("event") == "partition_handed_back" for e in handed)
+
+
+# -- the Telegram poller's leader ---------------------------------------------------------------
+
+CHATS = list(range(7001, 7013))
+BOT_ROUNDS = 2
+BOT_ANSWER = "Sea otters eat urchins."
+
+
+def _bot_responder() -> Callable[[Any], Any]:
+    """Two rounds of two searches, then the answer; decided from the request alone."""
+
+    def respond(body: Any) -> Any:
+        done = sum(
+            1 for m in body["messages"] if m.get("role") == "assistant" and m.get("tool_calls")
+        )
+        if done < BOT_ROUNDS:
+            return tool_calls_reply(
+                [
+                    (f"r{done}a", "web_search", {"query": f"otters {done}"}),
+                    (f"r{done}b", "web_search", {"query": f"kelp {done}"}),
+                ]
+            )
+        return text_reply(BOT_ANSWER)
+
+    return respond
+
+
+async def test_the_telegram_leader_killed_another_node_polls_and_no_update_is_emitted_twice(
+    tmp_path: Path, pg_schema: PgSchema
+) -> None:
+    async with (
+        ScriptedSearch() as search,
+        ScriptedTelegram(known_chats=CHATS) as telegram,
+        ScriptedOpenAI([], responder=_bot_responder(), keep_requests=False) as model,
+    ):
+        tree = offline_tree(tmp_path)
+        (tree / "colony.json").write_text(
+            json.dumps(
+                {
+                    "cluster": {
+                        "dsn": "${COLONY_PG_DSN}",
+                        "partitions": PARTITIONS,
+                        "lease_ms": LEASE_MS,
+                        "partition_by": "context.chat_id",
+                    }
+                }
+            )
+        )
+        (tree / ".env").write_text(
+            f"TELEGRAM_BOT_TOKEN={telegram.token}\nTELEGRAM_BASE_URL={telegram.url}\n"
+            f"LLM_BASE_URL={model.url}\nLLM_API_KEY=offline\nLLM_MODEL=scripted\n"
+            f"SEARCH_ENDPOINT={search.search_url}\nCOLONY_PG_DSN={pg_schema.dsn}\n"
+        )
+        cluster = Cluster(tree, pg_schema.dsn)
+        try:
+            for name in ("a", "b", "c"):
+                cluster.start(name)
+            for node in list(cluster.nodes.values()):
+                await cluster.ready(node)
+
+            def leader() -> str | None:
+                rows = cluster.select(
+                    "SELECT owner FROM cluster_leaders WHERE name LIKE 'proxy:%' "
+                    "AND expires_at > now()"
+                )
+                return rows[0][0] if rows else None
+
+            await until(lambda: leader() is not None, 20, "a node to lead the poller")
+            first = leader()
+            assert first is not None
+            for chat in CHATS[:6]:
+                telegram.push_text(chat, f"question from {chat}")
+            await until(lambda: len(telegram.sent) >= 2, 60, "the first answers")
+            cluster.kill(cluster.nodes[first])
+            for chat in CHATS[6:]:
+                telegram.push_text(chat, f"question from {chat}")
+            await until(lambda: leader() not in (None, first), 10 * LEASE_MS / 1000, "a new leader")
+
+            def all_answered() -> bool:
+                answered = {m["chat_id"] for m in telegram.sent}
+                journal = cluster.select("SELECT count(*) FROM journal")
+                return answered >= set(CHATS) and journal == [(0,)]
+
+            await until(all_answered, 120, "an answer in every chat")
+            await asyncio.sleep(0.5)  # room for a second answer to show up
+            per_chat = Counter(m["chat_id"] for m in telegram.sent)
+            assert per_chat == dict.fromkeys(CHATS, 1), per_chat
+            assert all(m["text"] == BOT_ANSWER for m in telegram.sent)
+            keys = [k for (k,) in cluster.select("SELECT key FROM ingress_keys")]
+            assert len(keys) == len(set(keys)) == len(CHATS)  # each update taken in once
+            assert cluster.select("SELECT count(*) FROM dead_letters") == [(0,)]
+        finally:
+            cluster.stop_all()
