@@ -32,6 +32,8 @@ from colony.testing import ScriptedOpenAI, ScriptedTelegram, text_reply, tool_ca
 from scripted.search import ScriptedSearch
 from tests.pg import PgSchema
 
+pytestmark = pytest.mark.timeout(240)  # several daemons on two shared cores
+
 ROUNDS, TOOLS = 3, 2
 ROWS = 1 + ROUNDS * (1 + TOOLS)
 """Thread rows of one conversation: the user's, then per round the assistant's and each tool's."""
