@@ -81,6 +81,11 @@ class Leader(Protocol):
         """Whether this node held ``name`` at its last renewal (no round trip)."""
         ...
 
+    async def resign(self, name: str) -> None:
+        """Give ``name`` up now (the cell closes: failed past its restarts, or stopping), so
+        another node takes it at its next renewal instead of after a lease, or never."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class ParamProblem:

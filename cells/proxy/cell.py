@@ -667,6 +667,8 @@ class ProxyCell:
 
     async def close(self) -> None:
         requests, self._requests, self._bot = self._requests, [], None
+        if self.leader is not None:  # a closed poller must not keep the cluster's polling
+            await self.leader.resign(self.lease)
         try:
             await asyncio.gather(*(r.shutdown() for r in requests), return_exceptions=True)
             await self.db.close()

@@ -198,6 +198,8 @@ class TimerCell:
                 self._loaded(await shared.run(self._prepare, None))
 
     async def close(self) -> None:
+        if self.leader is not None:  # a closed timer must not keep the cluster's firing
+            await self.leader.resign(self.lease)
         if self.shared is not None:
             await self.shared.close()
         else:

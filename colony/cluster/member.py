@@ -116,6 +116,12 @@ class Member:
     def leads(self, name: str) -> bool:
         return name in self._leaders.leading
 
+    async def resign(self, name: str) -> None:
+        try:
+            await self._leaders.resign(name)
+        except (psycopg.Error, OSError) as exc:  # it lapses with the lease then
+            self.log.warning("leader_resign_failed", name=name, error=self._said(exc))
+
     def dropped(self, cell: str, message: Envelope) -> None:
         """A hand-off of a partition this node lost was not committed (nor carried out)."""
         self.fenced += 1

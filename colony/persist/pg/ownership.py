@@ -161,6 +161,16 @@ class Ownership:
         self.leading[name] = int(row[0])
         return True
 
+    async def resign(self, name: str) -> None:
+        """Give the leader lease ``name`` up (free for any node at once)."""
+        self.leading.pop(name, None)
+        conn = await self._connection()
+        await conn.execute(
+            "UPDATE cluster_leaders SET owner = NULL, expires_at = NULL "
+            "WHERE name = %s AND owner = %s",
+            (name, self.node),
+        )
+
     async def stop(self) -> None:
         """Hand everything back (a clean stop: other nodes take over at once, not after a
         lease) and close the connection. A connection the server ended (another node fenced

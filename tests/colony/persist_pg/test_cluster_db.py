@@ -276,3 +276,14 @@ def _ended(conn: psycopg.Connection[object]) -> bool:
     except psycopg.OperationalError:
         return True
     return False
+
+
+async def test_a_resigned_leader_lease_is_free_for_another_node_at_once(
+    pg_schema: PgSchema,
+) -> None:
+    async with node(pg_schema, "a") as (_, a), node(pg_schema, "b") as (_, b):
+        assert await a.lead("timer:/tick")
+        assert not await b.lead("timer:/tick")
+        await a.resign("timer:/tick")
+        assert "timer:/tick" not in a.leading
+        assert await b.lead("timer:/tick")
