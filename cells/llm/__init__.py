@@ -15,7 +15,8 @@ from colony.jsonwire import loads
 
 
 def _check_folder(params: LlmParams, folder: Path | None) -> list[ParamProblem]:
-    problems = unknown_keys(params, folder) + transcript_problems(params)
+    cluster = "a cluster" if _in_a_cluster(folder) else None  # (its DSN: never shown here)
+    problems = unknown_keys(params, folder) + transcript_problems(params, cluster)
     seed = folder / "seed" / "system.jsonl" if folder is not None else None
     if seed is not None and seed.is_file():
         try:
@@ -25,6 +26,20 @@ def _check_folder(params: LlmParams, folder: Path | None) -> list[ParamProblem]:
             return problems
         problems += _check_tools(params.provider, slots)
     return problems
+
+
+def _in_a_cluster(folder: Path | None) -> bool:
+    """The tree this cell's folder is in has a ``cluster`` block (the nearest colony.json up
+    from it): a postgres transcript store with no DSN of its own then uses the cluster's."""
+    for parent in [] if folder is None else folder.parents:
+        file = parent / "colony.json"
+        if file.is_file():
+            try:
+                doc = loads(file.read_bytes())
+            except ValueError:
+                return False
+            return isinstance(doc, dict) and isinstance(doc.get("cluster"), dict)
+    return False
 
 
 def _check_tools(provider: str, slots: dict[str, Any]) -> list[ParamProblem]:

@@ -56,6 +56,9 @@ class LlmCell:
         self._client: aiohttp.ClientSession | None = None
         self.folder = spec.folder
         self._store: TranscriptStore | None = None
+        cluster = spec.colony.cluster
+        self.cluster_dsn = None if cluster is None else cluster.dsn
+        """A postgres transcript store without a DSN of its own uses the cluster's database."""
 
     @property
     def client(self) -> aiohttp.ClientSession:
@@ -87,7 +90,8 @@ class LlmCell:
             else:
                 from cells.llm.transcript.postgres import PostgresStore
 
-                self._store = PostgresStore(transcript_dsn(self.params.transcript) or "")
+                dsn = transcript_dsn(self.params.transcript, self.cluster_dsn)
+                self._store = PostgresStore(dsn or "")
         return self._store
 
     # -- one message --------------------------------------------------------------------

@@ -426,6 +426,18 @@ def test_a_postgres_transcript_store_without_any_dsn_fails_validate(
     assert '"${COLONY_PG_DSN}"' in d["hint"]
 
 
+def test_a_postgres_transcript_store_in_a_cluster_uses_the_clusters_database(
+    make_tree: TreeFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LLM_TRANSCRIPT_PG_DSN", raising=False)
+    files = with_cell(cell("llm", {"model": "m", "transcript": {"store": "postgres"}}))
+    files["colony.json"] = {"cluster": {"dsn": "postgresql://db.example/colony"}}
+    root = make_tree(files)
+    result = meclaw("--root", str(root), "--validate", "--format", "json")
+    assert result.exit_code == 0, result.stdout
+    assert json.loads(result.stdout)["diagnostics"] == []
+
+
 @pytest.mark.parametrize(
     ("postgres", "environ"),
     [
