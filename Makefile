@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench soak install clean pictures
+.PHONY: run test test-postgres lint bench soak install clean pictures
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,11 @@ run: $(STAMP)
 # worker by tests/conftest.py. About 4 minutes on 2 cores; a plain `pytest` runs them in one.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+
+# The suite with every harness colony as a one-node cluster on PostgreSQL (COLONY_TEST_PG_DSN,
+# default the machine's server on 127.0.0.1:5432); what only colony.db does is skipped.
+test-postgres: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --backend postgres
 
 lint: $(STAMP)
 	$(BIN)/ruff check colony cells scripted tests bench
