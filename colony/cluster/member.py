@@ -35,6 +35,7 @@ from colony.persist.journal import JournalEntry
 from colony.persist.pg.claims import claim
 from colony.persist.pg.ownership import Ownership
 from colony.persist.pg.writer import CLAIM_CHANNEL
+from colony.persist.writer import UnitFenced
 from colony.routing import dead_letter
 
 DRAIN_MAX_LEASES = 3
@@ -207,16 +208,20 @@ class Member:
         # Every round also sweeps every owned partition: a NOTIFY sent while this node was
         # not listening (reconnecting) is not lost, only later.
         entries: list[JournalEntry] = []
-        for partition in sorted(wanted | set(self.owned)):
-            entries += await self._claim(partition)
-        # Several partitions' rows, oldest first across them all: a restarted colony's cells
-        # get their messages back in the order they were first delivered, as when alone.
-        entries.sort(key=lambda e: e.seq)
-        gone = 0
-        for entry in entries:
-            gone += not await self._carry(carrier, entry)
-        if changes.gained and entries:
-            self._redelivered(entries, gone)
+        try:
+            for partition in sorted(wanted | set(self.owned)):
+                entries += await self._claim(partition)
+        finally:
+            # What was claimed is delivered even when a later claim failed: a claimed row is
+            # this node's to run (no sweep takes it again under the same epoch). Several
+            # partitions' rows go oldest first across them all: a restarted colony's cells
+            # get their messages back in the order they were first delivered, as when alone.
+            entries.sort(key=lambda e: e.seq)
+            gone = 0
+            for entry in entries:
+                gone += not await self._carry(carrier, entry)
+            if changes.gained and entries:
+                self._redelivered(entries, gone)
 
     def _redelivered(self, entries: list[JournalEntry], gone: int) -> None:
         """The line a colony alone writes at boot, for the rows a gain brought back."""
@@ -270,7 +275,8 @@ class Member:
             "the journal held this message for a cell that is not in this node's tree or not "
             "active",
         )
-        await carrier.dead_letter_claimed(entry, fx)
+        with contextlib.suppress(UnitFenced):  # the partition moved: its new owner has the row
+            await carrier.dead_letter_claimed(entry, fx)
         return False
 
     async def _drain(self, partition: int, now: float) -> None:

@@ -74,11 +74,32 @@ async def cluster_of(
             cluster.stop_all()
 
 
-async def until(check: Callable[[], bool], within: float, what: str) -> None:
+async def until(
+    check: Callable[[], bool], within: float, what: str, explain: Callable[[], str] | None = None
+) -> None:
     deadline = time.monotonic() + within
     while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() >= deadline:
+            raise AssertionError(
+                f"timed out waiting for {what}" + (f": {explain()}" if explain else "")
+            )
         await asyncio.sleep(0.1)
+
+
+def state(cluster: Cluster, turns: list[str]) -> str:
+    """What a cluster holds, for a test that timed out."""
+    answered = {a["turn"] for a in cluster.answers()}
+    journal = cluster.select(
+        "SELECT partition, epoch, cell, count(*) FROM journal GROUP BY 1, 2, 3 ORDER BY 1"
+    )
+    owners = cluster.select(
+        "SELECT partition, owner, epoch, expires_at > now() FROM cluster_partitions ORDER BY 1"
+    )
+    alive = {n.name: n.alive for n in cluster.nodes.values()}
+    return (
+        f"unanswered {sorted(set(turns) - answered)}; journal {journal}; partitions {owners}; "
+        f"alive {alive}"
+    )
 
 
 def settled(cluster: Cluster, turns: list[str]) -> bool:
@@ -170,7 +191,12 @@ async def test_a_node_dying_at_a_crash_point_loses_and_doubles_nothing(
         a = cluster.nodes["a"]
         await until(lambda: not a.alive, 60, f"node a reaching {point}")
         assert a.process.returncode == -signal.SIGKILL
-        await until(lambda: settled(cluster, turns), 120, "every answer after the crash")
+        await until(
+            lambda: settled(cluster, turns),
+            120,
+            "every answer after the crash",
+            lambda: state(cluster, turns),
+        )
         check_outcome(cluster, turns)
 
 

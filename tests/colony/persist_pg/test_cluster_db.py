@@ -287,3 +287,46 @@ async def test_a_resigned_leader_lease_is_free_for_another_node_at_once(
         await a.resign("timer:/tick")
         assert "timer:/tick" not in a.leading
         assert await b.lead("timer:/tick")
+
+
+async def test_rows_claimed_before_a_failed_claim_are_still_delivered(
+    pg_schema: PgSchema, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claimed row is this node's to run (no sweep takes it again under the same epoch), so
+    a claim that fails part-way through a round must not drop what was claimed before it."""
+    import colony.cluster.member as member_module
+    from colony.cluster.member import Member
+    from colony.config.models import ClusterConfig
+    from colony.observability import list_logger
+
+    async with node(pg_schema, "a") as (db, _):
+        for partition in range(P):
+            await db.commit(delivery(message(partition, None, f"p{partition}")))
+        config = ClusterConfig(dsn=pg_schema.dsn, partitions=P)
+        member = Member(config, pg_schema.dsn, "b", list_logger([]))
+        from colony.persist.pg.claims import claim as real
+
+        async def failing(conn: object, node_name: str, partition: int, epoch: int) -> object:
+            if partition == 2:
+                raise psycopg.OperationalError("the server went away")
+            return await real(conn, node_name, partition, epoch)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(member_module, "claim", failing)
+        got: list[str] = []
+
+        class Carrier:
+            def deliverable(self, cell: str) -> bool:
+                return True
+
+            async def deliver_claimed(self, d: Delivery) -> None:
+                got.append(d.message.body["text"])
+
+            async def dead_letter_claimed(self, entry: object, fx: object) -> None:
+                raise AssertionError("nothing is dead here")
+
+        try:
+            with pytest.raises(psycopg.OperationalError):
+                await member._round(Carrier())
+            assert got == ["p0", "p1"]  # claimed before the failure, delivered anyway
+        finally:
+            await member.stop()
