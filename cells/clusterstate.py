@@ -165,14 +165,9 @@ class StateConnection:
     def describe(self, exc: BaseException) -> str:
         """``exc`` in one line for a log, without the DSN's password (psycopg may quote the
         DSN)."""
-        import psycopg
+        from colony.persist.pg.writer import scrub
 
-        text = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        try:
-            secret = psycopg.conninfo.conninfo_to_dict(self.dsn).get("password")
-        except psycopg.Error:
-            return type(exc).__name__
-        return text.replace(str(secret), "***") if secret else text
+        return scrub(f"{type(exc).__name__}: {exc}".splitlines()[0], self.dsn)
 
     def _connection(self, timeout_ms: int | None) -> Any:
         import psycopg

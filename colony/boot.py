@@ -33,6 +33,7 @@ from colony.edges import EdgeTable, compile_edge
 from colony.expressions import Engine, default_engine
 from colony.gc_pause import gc_paused
 from colony.observability import Logger
+from colony.persist import health
 from colony.persist.backend import Backend
 from colony.persist.celltables import ColonyTablesHost
 from colony.persist.db import ColonyDb
@@ -110,6 +111,7 @@ async def open_colony(
                         # Its partitions, and their journal rows in the mailboxes, before any
                         # cell runs: as a colony alone redelivers its journal at start.
                         carrier = ColonyCarrier(colony)
+                        db.listen(health.reporter(log))  # (what the writer says while joining)
                         await member.join(carrier)
                     with gc_paused():
                         await colony.start(spawn)
@@ -120,9 +122,11 @@ async def open_colony(
                 finally:
                     if membership is not None:
                         membership.cancel()
-                    await colony.stop()
-                    if member is not None:
-                        await member.stop()
+                    try:
+                        await colony.stop()
+                    finally:
+                        if member is not None:
+                            await member.stop()
         finally:
             db.close()
     finally:
@@ -140,12 +144,27 @@ def _database(tree: ColonyTree, node: str | None, log: Logger) -> tuple[Backend,
     cluster = tree.colony.cluster
     if cluster is None:
         return ColonyDb(tree.root / "colony.db"), None
+    import psycopg
+
     from colony.cluster.member import Member
     from colony.cluster.node import default_node_name
+    from colony.errors import BootError
     from colony.persist.pg.db import PgDb
+    from colony.persist.pg.schema import ClusterSchemaError
 
     name = node or default_node_name()
-    db = PgDb(cluster.dsn, name, cluster.partitions, cluster.lease_ms)
+    try:
+        db = PgDb(cluster.dsn, name, cluster.partitions, cluster.lease_ms, cluster.partition_by)
+    except ClusterSchemaError as exc:
+        raise BootError([str(exc)]) from None
+    except psycopg.Error as exc:  # its text may quote the DSN: name the kind only
+        raise BootError(
+            [
+                f"the cluster database did not answer ({type(exc).__name__}); check "
+                "colony.json cluster.dsn and that the server runs and accepts connections, "
+                "then start the daemon again"
+            ]
+        ) from None
     return db, Member(cluster, cluster.dsn, name, log.bind(node=name))
 
 

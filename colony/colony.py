@@ -158,6 +158,7 @@ class Colony:
             cell_id=row.cell_id if row is not None else uuid7(),
             active=active,
         )
+        runner.stale = None if self.cluster is None else self.cluster.lost
         if row is not None and row.status == "failed":
             runner.fail_at_boot()
         self.runners[spec.path] = runner

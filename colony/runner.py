@@ -40,6 +40,7 @@ from colony.inflight import InFlightMessages
 from colony.mailbox import Mailbox
 from colony.observability import Logger
 from colony.outcome import Crashed, Outcome, Outputs, Refused, TimedOut
+from colony.persist.writer import UnitFenced
 from colony.routing import Emitter
 
 
@@ -133,6 +134,9 @@ class CellRunner:
         active: bool = True,
     ) -> None:
         self.host = host
+        self.stale: Callable[[Envelope], bool] | None = None
+        """In a cluster: whether a message's conversation is no longer this node's (it is
+        then not handled; the partition's owner runs it from the journal)."""
         self.config = config
         self.log = log
         self.in_flight = in_flight
@@ -272,6 +276,9 @@ class CellRunner:
 
     async def _process(self, cell: Cell, message: Envelope) -> Outcome:
         """Handle one message: the ``consumes`` gate, then the cell under the backstop."""
+        stale = self.stale
+        if stale is not None and stale(message):
+            return Outputs(())  # another node owns its conversation now: settle drops it
         problem = self.gate.violation(message)
         if problem is not None:
             return Refused(DeadLetterCode.CONSUMES_VIOLATION, problem)
@@ -290,6 +297,8 @@ class CellRunner:
                 timeout_ms=int((self.message_timeout or 0) * 1000),
             )
             return TimedOut()
+        except UnitFenced:  # a write of the cell's was refused: the conversation moved on
+            return Outputs(())  # (settle drops the hand-off; no crash, no restart counted)
         except Exception as exc:
             return self._crashed(message, exc)
         if outputs:

@@ -282,7 +282,7 @@ class StoreCell:
         target = message.reply_to or self.path
         body = message.body if isinstance(message.body, dict) else {}
         if "params" in body:
-            problem = await self._update_params(body["params"])
+            problem = await self._update_params(body["params"], message)
             if problem is not None:
                 return [Emission(_error("params_update", "invalid_input", problem, ""), target)]
             if not body.get("messages"):
@@ -416,7 +416,7 @@ class StoreCell:
             crash_point("store.write")
         return reply
 
-    async def _update_params(self, update: Any) -> str | None:
+    async def _update_params(self, update: Any, message: Envelope) -> str | None:
         if not isinstance(update, dict):
             return "params must be an object"
         for key, value in update.items():
@@ -436,7 +436,7 @@ class StoreCell:
             "ON CONFLICT (key) DO UPDATE SET value = excluded.value, "
             "updated_at = excluded.updated_at"
         )
-        await self.tables.write(lambda conn: dialect.executemany(conn, sql, rows))
+        await self.tables.write(lambda conn: dialect.executemany(conn, sql, rows), handling=message)
         self.query_timeout_ms = update.get("query_timeout_ms", self.query_timeout_ms)
         return None
 

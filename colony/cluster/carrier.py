@@ -4,6 +4,7 @@ a member delivers through."""
 from __future__ import annotations
 
 from colony.colony import Colony
+from colony.dead_letters import DeadLetterCode
 from colony.effects import Delivery, Effects
 from colony.journal import Ack
 from colony.persist.journal import JournalEntry
@@ -15,9 +16,11 @@ class ColonyCarrier:
     def __init__(self, colony: Colony) -> None:
         self.colony = colony
 
-    def deliverable(self, cell: str) -> bool:
+    def refusal(self, cell: str) -> DeadLetterCode | None:
         runner = self.colony.runners.get(cell)
-        return runner is not None and runner.active
+        if runner is None:
+            return DeadLetterCode.UNRESOLVED_PATH
+        return None if runner.active else DeadLetterCode.CELL_INACTIVE
 
     async def deliver_claimed(self, delivery: Delivery) -> None:
         await self.colony.post.deliver(delivery)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import traceback
 from typing import Protocol
 
 import psycopg
@@ -34,8 +35,8 @@ from colony.observability import Logger
 from colony.persist.journal import JournalEntry
 from colony.persist.pg.claims import claim
 from colony.persist.pg.ownership import Ownership
-from colony.persist.pg.writer import CLAIM_CHANNEL
-from colony.persist.writer import UnitFenced
+from colony.persist.pg.writer import CLAIM_CHANNEL, scrub
+from colony.persist.writer import PersistenceError
 from colony.routing import dead_letter
 
 DRAIN_MAX_LEASES = 3
@@ -47,8 +48,9 @@ the new owner, from the journal."""
 class Carrier(Protocol):
     """What a member needs of the colony to deliver claimed messages."""
 
-    def deliverable(self, cell: str) -> bool:
-        """The cell exists and is active (else the claimed message is dead-lettered)."""
+    def refusal(self, cell: str) -> DeadLetterCode | None:
+        """None when the cell exists and is active; else the code its claimed messages are
+        dead-lettered with (``unresolved_path``: not in the tree; ``cell_inactive``)."""
         ...
 
     async def deliver_claimed(self, delivery: Delivery) -> None: ...
@@ -72,6 +74,8 @@ class Member:
         self.owned = self.ownership.owned
         """Partition → epoch: shared with :attr:`ownership`, which keeps it current."""
         self._draining_since: dict[int, float] = {}
+        self._replaying: set[int] = set()
+        """Partitions gained whose journal rows are not delivered yet (see :meth:`assign`)."""
         self._wanted: set[int] = set()
         self._wake = asyncio.Event()
         self.claimed = 0
@@ -88,22 +92,24 @@ class Member:
         """Set the partition and epoch of a message that starts a conversation here."""
         partition = self.partition_of(message)
         message.partition = partition
-        draining = partition in self.ownership.draining
-        message.epoch = None if draining else self.owned.get(partition)
+        # A partition being handed back, or taken over and not yet replayed, takes nothing new
+        # here: journalled unclaimed, it is claimed after what the journal already held.
+        busy = partition in self.ownership.draining or partition in self._replaying
+        message.epoch = None if busy else self.owned.get(partition)
 
     def holds(self, message: Envelope) -> bool:
         """This node still owns the message's partition under the epoch it took it in."""
         epoch = message.epoch
         return epoch is not None and self.owned.get(message.partition) == epoch
 
+    def lost(self, message: Envelope) -> bool:
+        """Not :meth:`holds`: a runner does not handle such a message."""
+        epoch = message.epoch
+        return epoch is None or self.owned.get(message.partition) != epoch
+
     def _said(self, exc: BaseException) -> str:
         """An error as one line, without the DSN's password (psycopg may quote the DSN)."""
-        text = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        try:
-            secret = psycopg.conninfo.conninfo_to_dict(self.dsn).get("password")
-        except psycopg.Error:
-            return type(exc).__name__
-        return text.replace(str(secret), "***") if secret else text
+        return scrub(f"{type(exc).__name__}: {exc}".splitlines()[0], self.dsn)
 
     # -- leader leases (colony.cell.Leader) ---------------------------------------------------
 
@@ -159,6 +165,7 @@ class Member:
         period = self.config.lease_ms / 3000
         try:
             while True:
+                self._wake.clear()  # (before the round: a NOTIFY during it wakes the next)
                 try:
                     await self._round(carrier)
                 except (psycopg.Error, OSError) as exc:
@@ -169,7 +176,13 @@ class Member:
                         detail="the cluster database did not answer a lease round; this node "
                         "tries again, and loses its partitions if its lease runs out meanwhile",
                     )
-                self._wake.clear()
+                except Exception as exc:  # a bug: say so, keep the leases going
+                    self.log.error(
+                        "cluster_round_failed",
+                        node=self.node,
+                        error=self._said(exc),
+                        traceback="".join(traceback.format_exception(exc)).rstrip(),
+                    )
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), period)
         finally:
@@ -185,6 +198,8 @@ class Member:
 
     async def _round(self, carrier: Carrier) -> None:
         changes = await self.ownership.tick()
+        self._replaying |= set(changes.gained)
+        self._replaying &= set(self.owned)
         for name in list(self._leaders.leading):
             await self.lead(name)
         if changes.lost:
@@ -210,7 +225,10 @@ class Member:
         entries: list[JournalEntry] = []
         try:
             for partition in sorted(wanted | set(self.owned)):
-                entries += await self._claim(partition)
+                claimed = await self._claim(partition)
+                if not claimed:  # nothing older left: what enters now may run here at once
+                    self._replaying.discard(partition)
+                entries += claimed
         finally:
             # What was claimed is delivered even when a later claim failed: a claimed row is
             # this node's to run (no sweep takes it again under the same epoch). Several
@@ -261,13 +279,14 @@ class Member:
     async def _carry(self, carrier: Carrier, entry: JournalEntry) -> bool:
         """A claimed message into its cell's mailbox (True), or, for a cell not here, a dead
         letter (False)."""
-        if carrier.deliverable(entry.cell):
+        code = carrier.refusal(entry.cell)
+        if code is None:
             await carrier.deliver_claimed(Delivery(entry.cell, entry.message, entry.sender))
             return True
         fx = Effects()
         dead_letter(
             fx,
-            DeadLetterCode.UNRESOLVED_PATH,
+            code,
             entry.sender,
             entry.message.target,
             entry.cell,
@@ -275,7 +294,8 @@ class Member:
             "the journal held this message for a cell that is not in this node's tree or not "
             "active",
         )
-        with contextlib.suppress(UnitFenced):  # the partition moved: its new owner has the row
+        # UnitFenced: the partition moved meanwhile, and its new owner has the row.
+        with contextlib.suppress(PersistenceError):
             await carrier.dead_letter_claimed(entry, fx)
         return False
 

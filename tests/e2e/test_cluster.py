@@ -333,3 +333,27 @@ async def test_the_telegram_leader_killed_another_node_polls_and_no_update_is_em
             assert cluster.select("SELECT count(*) FROM dead_letters") == [(0,)]
         finally:
             cluster.stop_all()
+
+
+def test_a_cluster_whose_database_does_not_answer_refuses_to_boot_saying_why(
+    tmp_path: Path,
+) -> None:
+    import socket
+    import subprocess
+
+    from colony.load.cluster import MECLAW
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    secret = "s3cret-pw"
+    tree = cluster_tree(
+        tmp_path, "http://127.0.0.1:9/v1", dsn=f"postgresql://u:{secret}@127.0.0.1:{port}/db"
+    )
+    done = subprocess.run(
+        [MECLAW, "--root", str(tree), "--daemon"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1, done.stderr
+    assert "cannot boot: the cluster database did not answer" in done.stderr
+    assert secret not in done.stderr
+    assert "Traceback" not in done.stderr

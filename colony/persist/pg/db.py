@@ -24,7 +24,7 @@ from colony.envelope import Envelope
 from colony.persist.db import DbStatistics, _completion, _ignore, _result
 from colony.persist.items import Commit, Execute, Fence, Forget, Item, Registry, Stop, Unit
 from colony.persist.pg import schema
-from colony.persist.pg.writer import PgWriter
+from colony.persist.pg.writer import PgWriter, scrub
 from colony.persist.records import DeadLetterRow, MessageLogEntry, log_entry
 from colony.persist.rows import describe
 from colony.persist.schema import MESSAGE_LOG_SELECT
@@ -40,12 +40,19 @@ class PgDb:
 
     dialect = "postgres"
 
-    def __init__(self, dsn: str, node: str, partitions: int, lease_ms: int = 10_000) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        node: str,
+        partitions: int,
+        lease_ms: int = 10_000,
+        partition_by: str = "trace_id",
+    ) -> None:
         self.dsn = dsn
         self.node = node
         self.partitions = partitions
         with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-            schema.create(conn, partitions)
+            schema.create(conn, partitions, partition_by)
         self._queue: queue.SimpleQueue[Item] = queue.SimpleQueue()
         self._writer = PgWriter(dsn, node, self._queue, idle_timeout_ms=lease_ms)
         self._thread = threading.Thread(
@@ -93,7 +100,7 @@ class PgDb:
         error = self._writer.storage_error
         if error is None:
             return None
-        return f"the cluster database cannot be written: {describe(error)}"
+        return f"the cluster database cannot be written: {scrub(describe(error), self.dsn)}"
 
     def statistics(self) -> DbStatistics:
         writer = self._writer

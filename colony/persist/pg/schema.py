@@ -135,7 +135,7 @@ class ClusterSchemaError(ColonyError):
     code = "cluster_schema_mismatch"
 
 
-def create(conn: Any, partitions: int) -> None:
+def create(conn: Any, partitions: int, partition_by: str = "trace_id") -> None:
     """Create what is missing, on an autocommit psycopg connection, and the partitions' rows
     (``partitions`` of them; a colony's partition count never changes once rows exist: a
     conversation's partition is a hash modulo that count). Raises :class:`ClusterSchemaError`
@@ -148,13 +148,14 @@ def create(conn: Any, partitions: int) -> None:
         if not _made(conn):
             conn.execute(DDL)
         conn.execute(
-            "INSERT INTO meta(key, value) VALUES ('schema_version', %s), ('partitions', %s) "
-            "ON CONFLICT (key) DO NOTHING",
-            (SCHEMA_VERSION, str(partitions)),
+            "INSERT INTO meta(key, value) VALUES ('schema_version', %s), ('partitions', %s), "
+            "('partition_by', %s) ON CONFLICT (key) DO NOTHING",
+            (SCHEMA_VERSION, str(partitions), partition_by),
         )
         found = dict(
             conn.execute(
-                "SELECT key, value FROM meta WHERE key IN ('schema_version', 'partitions')"
+                "SELECT key, value FROM meta "
+                "WHERE key IN ('schema_version', 'partitions', 'partition_by')"
             ).fetchall()
         )
         if found.get("schema_version") != SCHEMA_VERSION:
@@ -169,6 +170,13 @@ def create(conn: Any, partitions: int) -> None:
                 f"colony.json cluster.partitions says {partitions}: a conversation's partition "
                 "depends on that number, so it cannot change while the database holds a "
                 f"colony; set cluster.partitions to {found.get('partitions')}"
+            )
+        if found.get("partition_by") != partition_by:
+            raise ClusterSchemaError(
+                f"the cluster database's conversations are keyed by "
+                f"{found.get('partition_by')!r} and colony.json cluster.partition_by says "
+                f"{partition_by!r}: a node keying them otherwise would split conversations "
+                "between nodes; every node must read the same colony.json"
             )
         conn.execute(
             "INSERT INTO cluster_partitions(partition) SELECT generate_series(0, %s - 1) "

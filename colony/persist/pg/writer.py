@@ -70,6 +70,17 @@ class PgRows(Rows):
         return bool(cur.rowcount)
 
     def unit(self, conn: Any, unit: Unit) -> None:
+        if unit.ack is None:
+            # An ingress or a long-running cell's emission: nothing has run yet, so nothing is
+            # refused. A delivery made for a partition this node no longer owns is journalled
+            # unclaimed instead, for the owner to claim (the colony, seeing epoch None once the
+            # commit is in, does not deliver it here).
+            for d in unit.deliveries:
+                m = d.message
+                if m.epoch is not None and self.epochs.get(m.partition) != m.epoch:
+                    m.epoch = None
+            super().unit(conn, unit)
+            return
         for partition, epoch in fence_pairs(unit):
             if self.epochs.get(partition) != epoch:
                 owned = self.epochs.get(partition)
@@ -82,7 +93,7 @@ class PgRows(Rows):
     def add(self, conn: Any, piece: Piece) -> None:
         if isinstance(piece, Execute):
             fence = piece.fence
-            if fence is not None and self.epochs.get(fence[0]) != fence[1]:
+            if fence is not None and (fence[1] is None or self.epochs.get(fence[0]) != fence[1]):
                 raise UnitFenced(
                     f"a cell's write for partition {fence[0]} (epoch {fence[1]}) came after "
                     "this node's ownership of it ended"
@@ -153,6 +164,15 @@ class PgRows(Rows):
             cur.execute("SELECT pg_notify(%s, %s)", (CLAIM_CHANNEL, str(partition)))
 
 
+def scrub(text: str, dsn: str) -> str:
+    """``text`` without the DSN's password (psycopg's error texts may quote the DSN)."""
+    try:
+        secret = psycopg.conninfo.conninfo_to_dict(dsn).get("password")
+    except psycopg.Error:
+        return text
+    return text.replace(str(secret), "***") if secret else text
+
+
 def _run_cell_sql(piece: Execute, conn: Any) -> None:
     """:meth:`Execute.run` on a psycopg connection: the work in a savepoint, its own failure
     undone and handed to the cell, the storage's passed on."""
@@ -191,6 +211,10 @@ class PgWriter(Writer):
         share lock, and with it its partitions, for as long as the pause lasts."""
         super().__init__(None, items)
         self._epochs: dict[int, int] = {}
+
+    def _event(self, name: str, **fields: Any) -> None:
+        clean = {k: scrub(v, self.dsn) if isinstance(v, str) else v for k, v in fields.items()}
+        super()._event(name, **clean)
 
     def _connection(self) -> Any:
         conn = self.conn

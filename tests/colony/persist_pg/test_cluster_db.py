@@ -315,8 +315,8 @@ async def test_rows_claimed_before_a_failed_claim_are_still_delivered(
         got: list[str] = []
 
         class Carrier:
-            def deliverable(self, cell: str) -> bool:
-                return True
+            def refusal(self, cell: str) -> None:
+                return None
 
             async def deliver_claimed(self, d: Delivery) -> None:
                 got.append(d.message.body["text"])
@@ -330,3 +330,27 @@ async def test_rows_claimed_before_a_failed_claim_are_still_delivered(
             assert got == ["p0", "p1"]  # claimed before the failure, delivered anyway
         finally:
             await member.stop()
+
+
+async def test_an_ingress_made_under_an_ended_epoch_is_journalled_for_the_new_owner(
+    pg_schema: PgSchema,
+) -> None:
+    """Nothing of an ingress has run yet: instead of being refused (and lost), its delivery
+    is journalled unclaimed, and the colony, seeing epoch None, does not deliver it here."""
+    async with node(pg_schema, "a", lease_ms=1000) as (a, owner_a):
+        await owner_a.tick()
+        await asyncio.sleep(1.2)
+        async with node(pg_schema, "b", lease_ms=1000) as (_, owner_b):
+            await owner_b.tick()
+            late = message(1, 1, "asked of a")  # a believed it still owned partition 1
+            unit = Unit(key="update-9", deliveries=[Delivery("/cell", late, "/")])
+            await a.commit(unit)
+            assert not unit.duplicate
+            assert late.epoch is None
+            assert select(pg_schema, "SELECT id, epoch FROM journal") == [(late.id, None)]
+
+
+def test_a_node_keying_conversations_otherwise_is_refused(pg_schema: PgSchema) -> None:
+    PgDb(pg_schema.dsn, "a", P, partition_by="context.chat_id").close()
+    with pytest.raises(Exception, match=r"every node must read the same colony\.json"):
+        PgDb(pg_schema.dsn, "b", P, partition_by="trace_id")
