@@ -31,10 +31,11 @@ from colony.config.models import ClusterConfig
 from colony.dead_letters import DeadLetterCode
 from colony.effects import Delivery, Effects
 from colony.envelope import Envelope
+from colony.errors import BootError
 from colony.observability import Logger
 from colony.persist.journal import JournalEntry
 from colony.persist.pg.claims import claim
-from colony.persist.pg.ownership import Ownership
+from colony.persist.pg.ownership import NodeNameTaken, Ownership
 from colony.persist.pg.writer import CLAIM_CHANNEL, scrub
 from colony.persist.writer import PersistenceError
 from colony.routing import dead_letter
@@ -150,6 +151,8 @@ class Member:
         this node's (and their journal rows in its mailboxes) when its boot ends."""
         try:
             await self._round(carrier)
+        except NodeNameTaken as exc:
+            raise BootError([str(exc)]) from None
         except (psycopg.Error, OSError) as exc:
             self.log.warning(
                 "cluster_round_failed",

@@ -16,11 +16,13 @@ kernel stops taking new work for the partition, waits for the units in flight, t
 from __future__ import annotations
 
 import math
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 
+from colony.errors import ColonyError
 from colony.persist.pg import schema
 
 
@@ -34,6 +36,13 @@ class Changes:
     """Partitions another node now owns (or that expired): drop their messages from memory."""
     drain: set[int] = field(default_factory=set)
     """Partitions to hand back (this node holds more than its share): drain, then release."""
+
+
+class NodeNameTaken(ColonyError):
+    """Two live daemons under one node name would share its partitions and pass each other's
+    fence: the second is refused."""
+
+    code = "node_name_taken"
 
 
 class Ownership:
@@ -50,6 +59,9 @@ class Ownership:
         self.leading: dict[str, int] = {}
         """Leader name → epoch, for the leader leases this node holds."""
         self._conn: psycopg.AsyncConnection[Any] | None = None
+        self.token = uuid.uuid4().hex
+        """This process's mark on its node row: a second live process of the same name is
+        refused (:class:`NodeNameTaken`), whatever machine it runs on."""
 
     @property
     def lease(self) -> str:
@@ -80,12 +92,19 @@ class Ownership:
     async def _tick(self, take: bool) -> Changes:
         conn = await self._connection()
         changes = Changes()
-        await conn.execute(
-            "INSERT INTO cluster_nodes(node, started_at, seen_at, expires_at) "
-            "VALUES (%s, now(), now(), now() + %s::interval) ON CONFLICT (node) DO UPDATE SET "
-            "seen_at = now(), expires_at = excluded.expires_at",
-            (self.node, self.lease),
+        cur = await conn.execute(
+            "INSERT INTO cluster_nodes AS n (node, started_at, seen_at, expires_at, token) "
+            "VALUES (%s, now(), now(), now() + %s::interval, %s) ON CONFLICT (node) DO UPDATE "
+            "SET seen_at = now(), expires_at = excluded.expires_at, token = excluded.token "
+            "WHERE n.token = excluded.token OR n.expires_at < now() RETURNING node",
+            (self.node, self.lease, self.token),
         )
+        if await cur.fetchone() is None:
+            raise NodeNameTaken(
+                f"another live daemon is cluster node {self.node!r} (its lease is current): "
+                "give each daemon a name of its own with --node; if that daemon has just died, "
+                "its lease ends within cluster.lease_ms and this one may start then"
+            )
         cur = await conn.execute(
             "UPDATE cluster_partitions SET expires_at = now() + %s::interval "
             "WHERE owner = %s RETURNING partition, epoch",

@@ -100,7 +100,8 @@ CREATE TABLE IF NOT EXISTS cluster_nodes (
     started_at TIMESTAMPTZ NOT NULL,
     seen_at TIMESTAMPTZ NOT NULL,
     expires_at TIMESTAMPTZ NOT NULL,
-    api TEXT
+    api TEXT,
+    token TEXT
 );
 CREATE TABLE IF NOT EXISTS cluster_leaders (
     name TEXT PRIMARY KEY,

@@ -354,3 +354,22 @@ def test_a_node_keying_conversations_otherwise_is_refused(pg_schema: PgSchema) -
     PgDb(pg_schema.dsn, "a", P, partition_by="context.chat_id").close()
     with pytest.raises(Exception, match=r"every node must read the same colony\.json"):
         PgDb(pg_schema.dsn, "b", P, partition_by="trace_id")
+
+
+async def test_a_second_live_daemon_under_the_same_node_name_is_refused(
+    pg_schema: PgSchema,
+) -> None:
+    from colony.persist.pg.ownership import NodeNameTaken
+
+    async with node(pg_schema, "eu-1") as (_, first):
+        await first.tick()
+        twin = Ownership(pg_schema.dsn, "eu-1", P, 10_000)
+        try:
+            with pytest.raises(NodeNameTaken, match="a name of its own"):
+                await twin.tick()
+            assert twin.owned == {}
+            await first.tick()  # the first one goes on
+            assert len(first.owned) == P
+        finally:
+            if twin._conn is not None:
+                await twin._conn.close()
