@@ -193,11 +193,13 @@ class Member:
             await asyncio.gather(listener, return_exceptions=True)
 
     async def stop(self) -> None:
-        """Hand every partition back at once (a clean stop: no one waits for a lease)."""
-        with contextlib.suppress(psycopg.Error, OSError):
-            await self.ownership.stop()
-        with contextlib.suppress(psycopg.Error, OSError):
-            await self._leaders.stop()
+        """Hand every partition back at once (a clean stop: no one waits for a lease). Within
+        a lease at most: past it, the partitions lapse by themselves anyway."""
+        within = self.config.lease_ms / 1000
+        for ownership in (self.ownership, self._leaders):
+            with contextlib.suppress(psycopg.Error, OSError, TimeoutError):
+                async with asyncio.timeout(within):
+                    await ownership.stop()
 
     async def _round(self, carrier: Carrier) -> None:
         changes = await self.ownership.tick()
