@@ -26,6 +26,10 @@ from typing import IO
 import httpx
 import pytest
 
+# One worker runs them all, in order, on one copy of the checkout: a page's commands build on
+# each other (set here, at collection, before pytest-xdist reads it).
+pytestmark = pytest.mark.xdist_group("documented-commands")
+
 REPO = Path(__file__).resolve().parents[2]
 PAGES = ("README.md", "docs/**/*.md", "topologies/*/README.md")
 
