@@ -21,12 +21,12 @@ run: $(STAMP)
 # Two workers (pytest-xdist): tests sharing a live server or a fixed port are pinned to one
 # worker by tests/conftest.py. About 4 minutes on 2 cores; a plain `pytest` runs them in one.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # The suite with every harness colony as a one-node cluster on PostgreSQL (COLONY_TEST_PG_DSN,
 # default the machine's server on 127.0.0.1:5432); what only colony.db does is skipped.
 test-postgres: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --backend postgres
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --backend postgres
 
 lint: $(STAMP)
 	$(BIN)/ruff check colony cells scripted tests bench

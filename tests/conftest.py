@@ -60,11 +60,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         drop_test_schemas()
 
 
-# tryfirst: pytest-xdist's worker reads xdist_group marks in its own collection hook (it
-# renames each item "<nodeid>@<group>", which is what --dist loadgroup schedules by), and being
-# registered after this conftest it would otherwise run first and never see these marks: the
-# groups' tests were then spread over both workers (seen: a documented command that reads
-# colony.db ran on the worker whose copy of the checkout no daemon had run in).
+# make test runs with --dist loadfile: a file's tests run on one worker, in order. The groups
+# below also pin files to each other under --dist loadgroup, which pytest-xdist 3.8 does not
+# honour here (its tests of one group were seen on both workers, even in a minimal example).
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     on_postgres = config.getoption("--backend") == "postgres"
