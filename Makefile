@@ -18,8 +18,9 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/meclaw demo
 
-# Two workers (pytest-xdist): tests sharing a live server or a fixed port are pinned to one
-# worker by tests/conftest.py. About 4 minutes on 2 cores; a plain `pytest` runs them in one.
+# Two workers (pytest-xdist), a file's tests on one of them in order (--dist loadfile): the
+# documented commands build on each other, and each worker has a live-Redis database of its
+# own (tests/conftest.py). About 4 minutes on 2 cores; a plain `pytest` runs them in one.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
