@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from colony.celltables import CellTables, Work, table_name
 from colony.envelope import Envelope
+from colony.persist.backend import Backend
 from colony.persist.db import ColonyDb, StorageUnavailable
 from colony.persist.schema import connect
 
@@ -45,7 +46,7 @@ class ColonyTables(CellTables):
 
     dialect = "sqlite"
 
-    def __init__(self, db: ColonyDb, cell_path: str) -> None:
+    def __init__(self, db: Backend, cell_path: str) -> None:
         self.db = db
         self.prefix = table_name(cell_path, "")
         self._last: _WriteCommitted | None = None
@@ -80,6 +81,7 @@ class ColonyTables(CellTables):
         if self._last is not None:  # (no coroutine for a cell whose writes are all seen settled)
             await self.committed()
         if self._reader is None:
+            assert isinstance(self.db, ColonyDb)  # (the cluster's tables read in pg/tables.py)
             self._reader = connect(str(self.db.path), readonly=True)
         return work(self._reader)
 

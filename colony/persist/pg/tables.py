@@ -15,25 +15,24 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from colony.celltables import CellTables, Work, table_name
+from colony.celltables import CellTables, Work
 from colony.envelope import Envelope
-from colony.persist.celltables import COMMIT_POLL_S, _WriteCommitted
+from colony.persist.celltables import ColonyTables, _WriteCommitted
 from colony.persist.pg.db import PgDb
-from colony.persist.writer import StorageUnavailable
 
 T = TypeVar("T")
 
 
-class PgTables(CellTables):
-    """One cell's tables in the cluster database."""
+class PgTables(ColonyTables):
+    """One cell's tables in the cluster database: written as in ``colony.db`` (fenced by the
+    message being handled), read in a thread on a connection of the cell's own."""
 
     dialect = "postgres"
 
     def __init__(self, db: PgDb, cell_path: str) -> None:
-        self.db = db
-        self.prefix = table_name(cell_path, "")
-        self._last: _WriteCommitted | None = None
-        self._reader: psycopg.Connection[Any] | None = None
+        super().__init__(db, cell_path)
+        self.pg = db
+        self._pg_reader: psycopg.Connection[Any] | None = None
 
     async def write(
         self,
@@ -44,21 +43,7 @@ class PgTables(CellTables):
     ) -> T:
         self._last = last = _WriteCommitted()
         fence = None if handling is None else (handling.partition, handling.epoch)
-        return await self.db.execute(work, ack, last, fence=fence)
-
-    async def committed(self) -> None:
-        last = self._last
-        if last is None:
-            return
-        while not last.settled:
-            if self.db.closed:
-                raise StorageUnavailable("the cluster database closed before this write committed")
-            await self.db.flush()
-            if not last.settled:
-                await asyncio.sleep(COMMIT_POLL_S)
-        self._last = None
-        if last.error is not None:
-            raise last.error
+        return await self.pg.execute(work, ack, last, fence=fence)
 
     async def read(self, work: Work[T]) -> T:
         if self._last is not None:
@@ -66,16 +51,18 @@ class PgTables(CellTables):
         return await asyncio.to_thread(self._read, work)
 
     def _read(self, work: Work[T]) -> T:
-        conn = self._reader
+        conn = self._pg_reader
         if conn is None or conn.closed or conn.broken:
-            conn = self._reader = psycopg.connect(self.db.dsn, autocommit=True, connect_timeout=5)
+            conn = self._pg_reader = psycopg.connect(
+                self.pg.dsn, autocommit=True, connect_timeout=5
+            )
         return work(conn)  # a psycopg connection: this host says dialect "postgres"
 
     async def close(self) -> None:
-        if self._reader is not None:
+        if self._pg_reader is not None:
             with contextlib.suppress(Exception):
-                self._reader.close()
-            self._reader = None
+                self._pg_reader.close()
+            self._pg_reader = None
 
 
 class PgTablesHost:
