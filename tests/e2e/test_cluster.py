@@ -170,7 +170,12 @@ async def test_a_killed_node_s_conversations_finish_on_the_others_once(
         await until(lambda: len(cluster.owners()) == 3, 20, "three owners")
         await send_all(cluster, turns)
         await until(lambda: "killed" in box, 60, "the kill")
-        await until(lambda: settled(cluster, turns), 120, "every answer after the kill")
+        await until(
+            lambda: settled(cluster, turns),
+            120,
+            "every answer after the kill",
+            lambda: state(cluster, turns),
+        )
         check_outcome(cluster, turns)
         survivors = set(cluster.owners())
         assert box["killed"] not in survivors

@@ -75,9 +75,6 @@ class Ownership:
             )
             # A claim's transaction must not outlive a pause of this node (see PgWriter).
             await conn.execute(f"SET idle_in_transaction_session_timeout = {int(self.lease_ms)}")
-            # A lease statement that waits for a lock longer than a third of a lease fails and
-            # is tried again next round, rather than holding this node's renewals (or its stop).
-            await conn.execute(f"SET lock_timeout = {max(1, int(self.lease_ms) // 3)}")
             await conn.execute(schema.REGISTER, (self.node,))
         return conn
 
