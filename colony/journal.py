@@ -31,9 +31,9 @@ already run.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from colony.dead_letters import DeadLetterCode
 from colony.effects import Effects
@@ -44,7 +44,7 @@ from colony.persist.backend import Backend
 from colony.persist.db import ColonyDb, UnitRejected
 from colony.persist.escape import storable_text
 from colony.persist.items import Unit
-from colony.persist.journal import CellBacklog, JournalSnapshot
+from colony.persist.journal import CellBacklog, JournalEntry, JournalSnapshot
 from colony.routing import dead_letter
 
 UNAWAITED_MAX = 256
@@ -53,8 +53,25 @@ draining a backlog must not pile up work that everyone else's commits then queue
 
 Committed = Literal["applied", "duplicate", "rejected"]
 
-_SAMPLE = 20
-"""Redelivered messages named one by one in the boot log line."""
+SAMPLE = 20
+"""Redelivered messages named one by one in the ``journal_redelivered`` log line."""
+
+
+def redelivered_sample(head: Sequence[JournalEntry]) -> dict[str, Any]:
+    """The ``traces`` and ``sample`` fields of a ``journal_redelivered`` line, from the oldest
+    redelivered rows (at most :data:`SAMPLE`): a colony's boot and a cluster's takeover."""
+    return {
+        "traces": sorted({e.message.trace_id for e in head}),
+        "sample": [
+            {
+                "id": e.message.id,
+                "cell": e.cell,
+                "sender": e.sender,
+                "trace_id": e.message.trace_id,
+            }
+            for e in head
+        ],
+    }
 
 
 class Recipient(HasMailbox, Protocol):
@@ -166,7 +183,7 @@ class Journal:
         snapshot = await asyncio.to_thread(self.db.journal)
         if not snapshot.cells:
             return {}
-        head = await asyncio.to_thread(snapshot.head, _SAMPLE)
+        head = await asyncio.to_thread(snapshot.head, SAMPLE)
         stored = {storable_text(path): (path, cell) for path, cell in cells.items()}
         per_cell: dict[str, int] = {}
         gone = 0
@@ -182,16 +199,7 @@ class Journal:
             messages=sum(per_cell.values()),
             dead_lettered=gone,
             cells=per_cell,
-            traces=sorted({e.message.trace_id for e in head}),
-            sample=[
-                {
-                    "id": e.message.id,
-                    "cell": e.cell,
-                    "sender": e.sender,
-                    "trace_id": e.message.trace_id,
-                }
-                for e in head
-            ],
+            **redelivered_sample(head),
             detail="these messages were in flight when the daemon last stopped; each is "
             "delivered again, in order per cell (at-least-once delivery)",
         )

@@ -32,6 +32,7 @@ from colony.dead_letters import DeadLetterCode
 from colony.effects import Delivery, Effects
 from colony.envelope import Envelope
 from colony.errors import BootError
+from colony.journal import SAMPLE, redelivered_sample
 from colony.observability import Logger
 from colony.persist.journal import JournalEntry
 from colony.persist.pg.claims import claim
@@ -251,23 +252,13 @@ class Member:
         cells: dict[str, int] = {}
         for entry in entries:
             cells[entry.cell] = cells.get(entry.cell, 0) + 1
-        head = entries[:20]
         self.log.warning(
             "journal_redelivered",
             node=self.node,
             messages=len(entries) - gone,
             dead_lettered=gone,
             cells=cells,
-            traces=sorted({e.message.trace_id for e in head}),
-            sample=[
-                {
-                    "id": e.message.id,
-                    "cell": e.cell,
-                    "sender": e.sender,
-                    "trace_id": e.message.trace_id,
-                }
-                for e in head
-            ],
+            **redelivered_sample(entries[:SAMPLE]),
             detail="these messages were in flight in partitions this node took over; each is "
             "delivered again, in order (at-least-once delivery)",
         )
