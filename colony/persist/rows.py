@@ -158,25 +158,25 @@ class Rows:
         self.acks.append((storable_text(message_id), storable_text(cell)))
 
     def _serialise_journal(self) -> None:
+        row = self._journal_row
         for delivery in self._deliveries:
-            if delivery is None:
-                continue
-            cell, sender, m = delivery
-            # The envelope as dead letters store it, minus the body (the journal reader
-            # joins them).
-            envelope = m.head_json()
-            envelope["created_at"] = m.created_at
-            self.inserts.append(
-                (
-                    storable_text(m.id),
-                    storable_text(cell),
-                    storable_text(sender),
-                    storable_json(envelope),
-                    self._body_of(m),
-                )
-            )
+            if delivery is not None:
+                self.inserts.append(row(*delivery))
         self._deliveries = []
         self._unwritten.clear()
+
+    def _journal_row(self, cell: str, sender: str, m: Envelope) -> tuple[Any, ...]:
+        """A delivery's journal row: the envelope as dead letters store it, minus the body
+        (kept apart; the journal reader joins them)."""
+        envelope = m.head_json()
+        envelope["created_at"] = m.created_at
+        return (
+            storable_text(m.id),
+            storable_text(cell),
+            storable_text(sender),
+            storable_json(envelope),
+            self._body_of(m),
+        )
 
     def take_key(self, conn: Any, key: str, trace_id: str) -> bool:
         """Remember an ingress key; False when it was taken before (a duplicate)."""

@@ -27,7 +27,8 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from colony.celltables import storage_failure
-from colony.persist.escape import storable_json, storable_text
+from colony.envelope import Envelope
+from colony.persist.escape import storable_text
 from colony.persist.items import Commit, Execute, Piece, Unit
 from colony.persist.pg import schema
 from colony.persist.rows import Rows
@@ -102,28 +103,10 @@ class PgRows(Rows):
         else:
             super().add(conn, piece)
 
-    def _serialise_journal(self) -> None:
-        for delivery in self._deliveries:
-            if delivery is None:
-                continue
-            cell, sender, m = delivery
-            envelope = m.head_json()
-            envelope["created_at"] = m.created_at
-            if m.epoch is None:
-                self.wake.add(m.partition)
-            self.inserts.append(
-                (
-                    storable_text(m.id),
-                    storable_text(cell),
-                    storable_text(sender),
-                    storable_json(envelope),
-                    self._body_of(m),
-                    m.partition,
-                    m.epoch,
-                )
-            )
-        self._deliveries = []
-        self._unwritten.clear()
+    def _journal_row(self, cell: str, sender: str, m: Envelope) -> tuple[Any, ...]:
+        if m.epoch is None:
+            self.wake.add(m.partition)
+        return (*super()._journal_row(cell, sender, m), m.partition, m.epoch)
 
     def write(self, conn: Any) -> None:
         self._serialise_journal()
