@@ -319,6 +319,8 @@ async def test_the_telegram_leader_killed_another_node_polls_and_no_update_is_em
                 telegram.push_text(chat, f"question from {chat}")
             await until(lambda: len(telegram.sent) >= 2, 60, "the first answers")
             cluster.kill(cluster.nodes[first])
+            await asyncio.sleep(0.3)  # what reached Telegram before the kill is counted
+            answered_by_kill = {m["chat_id"] for m in telegram.sent}
             for chat in CHATS[6:]:
                 telegram.push_text(chat, f"question from {chat}")
             await until(lambda: leader() not in (None, first), 10 * LEASE_MS / 1000, "a new leader")
@@ -330,11 +332,20 @@ async def test_the_telegram_leader_killed_another_node_polls_and_no_update_is_em
 
             await until(all_answered, 120, "an answer in every chat")
             await asyncio.sleep(0.5)  # room for a second answer to show up
-            per_chat = Counter(m["chat_id"] for m in telegram.sent)
-            assert per_chat == dict.fromkeys(CHATS, 1), per_chat
-            assert all(m["text"] == BOT_ANSWER for m in telegram.sent)
             keys = [k for (k,) in cluster.select("SELECT key FROM ingress_keys")]
             assert len(keys) == len(set(keys)) == len(CHATS)  # each update taken in once
+            traces = cluster.select(
+                "SELECT count(DISTINCT trace_id) FROM message_log WHERE from_path = '@external'"
+            )
+            assert traces == [(len(CHATS),)]  # and became one conversation
+            # An answer is sent again only when the killed node sent it and died before it
+            # could record so (the at-least-once window of an outside effect, docs/cluster.md).
+            per_chat = Counter(m["chat_id"] for m in telegram.sent)
+            assert set(per_chat) == set(CHATS), per_chat
+            twice = {chat for chat, n in per_chat.items() if n > 1}
+            assert all(per_chat[chat] == 2 for chat in twice), per_chat
+            assert twice <= answered_by_kill, (per_chat, answered_by_kill)
+            assert all(m["text"] == BOT_ANSWER for m in telegram.sent)
             assert cluster.select("SELECT count(*) FROM dead_letters") == [(0,)]
         finally:
             cluster.stop_all()
