@@ -582,16 +582,77 @@ def trace(
     ctx: typer.Context,
     trace_id: Annotated[str, typer.Argument(help="A trace id.")],
     root: RootOption = Path("."),
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="The rows as one JSON object (as GET /colony/trace answers)."),
+    ] = False,
+    no_color: Annotated[bool, typer.Option("--no-color", help="No colours.")] = False,
 ) -> None:
-    """Print the hop tree of a trace: the TTL left at each hop, the error text of a hop that
-    failed, and ✗ where each dead letter of the trace died."""
-    from colony.operations import trace_lines
+    """Print the hop tree of a trace: at each hop the TTL left, when it was routed (ms after
+    the trace's first hop), how long the cell took and its outcome (model, latency and tokens
+    of an LLM call), the error text of a step that failed, and ✗ where each dead letter of the
+    trace died."""
+    from rich.console import Console
 
-    lines = trace_lines(_database(_root_of(ctx, root)), trace_id)
-    if not lines:
+    from colony.traceview import PLAIN_WIDTH, read_trace, trace_json, trace_tree
+
+    record = read_trace(_database(_root_of(ctx, root)), trace_id)
+    if record.empty:
         raise _failure(f"no message-log rows and no dead letters for trace {trace_id}")
-    for line in lines:
-        typer.echo(line)
+    if as_json:
+        typer.echo(trace_json(record))
+        return
+    console = Console(highlight=False, no_color=no_color)
+    if not console.is_terminal:
+        console.width = PLAIN_WIDTH  # a pipe or a file: one line per node, never wrapped
+    console.print(trace_tree(record))
+
+
+@app.command("watch")
+def watch(
+    ctx: typer.Context,
+    root: RootOption = Path("."),
+    api: ApiUrlOption = None,
+    token_env: TokenEnvOption = None,
+    trace_id: Annotated[str | None, typer.Option("--trace", help="Only this trace.")] = None,
+    cell: Annotated[
+        str | None,
+        typer.Option(
+            "--cell", help="Only events whose cell, sender or target starts with this path."
+        ),
+    ] = None,
+    kind: Annotated[
+        str | None,
+        typer.Option(
+            "--kind",
+            help="Only these kinds, comma-separated: route, handle_start, handle_end, llm, "
+            "dead_letter.",
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Each event's data as one JSON line (for scripts).")
+    ] = False,
+    no_color: Annotated[bool, typer.Option("--no-color", help="No colours.")] = False,
+) -> None:
+    """Print the running colony's routing live, one line per event: milliseconds since the
+    watch started, kind, trace id (its last 8 characters), and what happened (from → to and
+    TTL, how long a cell took and its outcome, the model's latency and tokens, dead letters in
+    red). Ctrl-C ends it."""
+    from colony.watch_stream import DaemonUnreachable, WatchRefused, print_events
+
+    headers = _token(token_env)
+    url = _daemon_api(_root_of(ctx, root), api, "watching")
+    given = {"trace_id": trace_id, "cell": cell, "kind": kind}
+    params = {name: value for name, value in given.items() if value is not None}
+    try:
+        print_events(url, headers=headers, params=params, as_json=as_json, color=not no_color)
+    except (DaemonUnreachable, WatchRefused) as exc:
+        raise _failure(str(exc)) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+    except BrokenPipeError:  # `meclaw watch | head`: the reader has gone, so has the watch
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(0) from None
 
 
 def _api_address(

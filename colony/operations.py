@@ -1,8 +1,9 @@
 """Operator commands that work on the colony's database directly: ``meclaw dead-letters``
-(list, follow, show), ``meclaw trace`` (the hop tree of a trace) and ``meclaw cells`` (list,
-revive). The reads take a :class:`~colony.persist.source.Source` (``colony.db`` or the cluster
-database) and work beside running daemons; the one write here (reviving a cell of a stopped
-colony) is on ``colony.db`` and takes the root lease first, so it never races a daemon."""
+(list, follow, show) and ``meclaw cells`` (list, revive); ``meclaw trace`` is
+:mod:`colony.traceview`. The reads take a :class:`~colony.persist.source.Source`
+(``colony.db`` or the cluster database) and work beside running daemons; the one write here
+(reviving a cell of a stopped colony) is on ``colony.db`` and takes the root lease first, so
+it never races a daemon."""
 
 from __future__ import annotations
 
@@ -12,19 +13,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from colony.errors import ColonyError
-from colony.failures import error_code, error_text, one_line
 from colony.lease import RootLease
 from colony.persist.records import (
     DeadLetterRow,
-    MessageLogEntry,
     RegistryRow,
     read_dead_letters_after,
-    read_log,
     read_registry,
-    read_trace_dead_letters,
     revive_in_registry,
 )
 from colony.persist.source import Source
@@ -96,69 +92,6 @@ def list_dead_letters(
         if not follow or stop():
             return last
         time.sleep(poll_s)
-
-
-def trace_lines(db: Source, trace_id: str) -> list[str]:
-    """The hop tree of a trace: each message under its parent, with the TTL left at each hop.
-    A hop that carries a cell's error (``finish_reason: "error"``) is followed by the error
-    text; each dead letter of the trace is marked ``✗`` where it died: under the hop that
-    died (a hive no out-edge took), or under the message it came from (an emission no edge
-    took, a target that does not exist)."""
-    rows = read_log(db, trace_id, limit=100_000)
-    ids = {r.id for r in rows}
-    children: dict[str | None, list[MessageLogEntry]] = {}
-    for row in rows:
-        parent = row.parent_message_id if row.parent_message_id in ids else None
-        children.setdefault(parent, []).append(row)
-    died_at: dict[str, list[DeadLetterRow]] = {}
-    letters_under: dict[str | None, list[DeadLetterRow]] = {}
-    for letter in read_trace_dead_letters(db, trace_id):
-        message = letter.message
-        if message.id in ids:
-            died_at.setdefault(message.id, []).append(letter)
-        else:
-            parent = message.parent_message_id if message.parent_message_id in ids else None
-            letters_under.setdefault(parent, []).append(letter)
-    out: list[str] = []
-
-    def walk(parent: str | None, depth: int) -> None:
-        pad = "  " * depth
-        for row in children.get(parent, []):
-            hop = row.headers.get("hop", {}) if isinstance(row.headers, dict) else {}
-            extra = ", ".join(f"{k}={_short(v)}" for k, v in list(hop.items())[:4])
-            out.append(
-                f"{pad}{row.from_path} → {row.to_path}  ttl {row.ttl}"
-                + (f"  [{extra}]" if extra else "")
-            )
-            out.extend(_error_lines(hop, row.body, pad + "  "))
-            for letter in died_at.get(row.id, []):
-                out.append(f"{pad}  ✗ died here: {_died(letter)}")
-            walk(row.id, depth + 1)
-        for letter in letters_under.get(parent, []):
-            message = letter.message
-            out.append(f"{pad}✗ {letter.sender_path} → {letter.original_target}  {_died(letter)}")
-            out.extend(_error_lines(message.headers.hop, message.body, pad + "  "))
-
-    walk(None, 0)
-    return out
-
-
-def _died(letter: DeadLetterRow) -> str:
-    why = f": {letter.detail}" if letter.detail else ""
-    return f"dead letter #{letter.id} {letter.error_code}{why}"
-
-
-def _error_lines(hop: Any, body: Any, pad: str) -> list[str]:
-    code = error_code(hop)
-    if code is None:
-        return []
-    text = one_line(error_text(body)) or "(the emission carries no error text)"
-    return [f"{pad}✗ error {code}: {text}"]
-
-
-def _short(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
-    return text if len(text) <= 24 else text[:21] + "…"
 
 
 # -- cells ------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -242,9 +243,11 @@ def test_dead_letters_follow_prints_a_new_dead_letter_within_a_second(
     # A message to nowhere is never logged (it died before any hop): the trace is its dead
     # letters, the original's and the replay's.
     assert tree.returncode == 0, tree.stderr
+    first, second = letter["id"], letter["id"] + 1
     assert tree.stdout.splitlines() == [
-        f"✗ / → /nowhere  dead letter #{n} unresolved_path: no cell or hive at this path"
-        for n in (letter["id"], letter["id"] + 1)
+        f"trace {letter['trace_id']}  0 hops · 2 dead letters",
+        f"├── ✗ / → /nowhere  dead letter #{first} unresolved_path: no cell or hive at this path",
+        f"└── ✗ / → /nowhere  dead letter #{second} unresolved_path: no cell or hive at this path",
     ]
     after = subprocess.run(
         [MECLAW, "dead-letters", "--root", str(root)], capture_output=True, text=True, timeout=30
@@ -252,7 +255,9 @@ def test_dead_letters_follow_prints_a_new_dead_letter_within_a_second(
     assert after.stdout.count("unresolved_path") == 2  # the replay died the same way, same trace
 
 
-def test_trace_prints_the_hop_tree_with_the_ttl_at_each_hop(make_tree: TreeFactory) -> None:
+def test_trace_prints_the_hop_tree_with_the_ttl_times_and_durations_at_each_hop(
+    make_tree: TreeFactory,
+) -> None:
     import httpx
 
     root = make_tree(
@@ -277,8 +282,22 @@ def test_trace_prints_the_hop_tree_with_the_ttl_at_each_hop(make_tree: TreeFacto
         [MECLAW, "trace", trace_id, "--root", str(root)], capture_output=True, text=True, timeout=30
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [
-        "@external → /  ttl 8",
-        "  / → /box  ttl 7",
-        "    /box → /box/sink  ttl 6",
+    patterns = [
+        rf"trace {trace_id}  3 hops · \d+ ms",
+        r"└── @external → /  ttl 8  \+0 ms",
+        r"    └── / → /box  ttl 7  \+\d+ ms(  via \S+)?",
+        r"        └── /box → /box/sink  ttl 6  \+\d+ ms(  via \S+)?  ·  took \d+ ms · ok",
     ]
+    lines = done.stdout.splitlines()  # a pipe: no colour, no line wrapped
+    assert len(lines) == len(patterns), lines
+    for line, pattern in zip(lines, patterns, strict=True):
+        assert re.fullmatch(pattern, line), (line, pattern)
+    as_json = subprocess.run(
+        [MECLAW, "trace", trace_id, "--root", str(root), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    doc = json.loads(as_json.stdout)
+    assert [r["to_path"] for r in doc["trace"]] == ["/", "/box", "/box/sink"]
+    assert [(r["cell"], r["outcome"]) for r in doc["handling"]] == [("/box/sink", "ok")]

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from colony.observability import file_logger
-from colony.operations import trace_lines
 from colony.testing import ColonyHarness
+from colony.traceview import trace_lines
 from scripted import ScriptedOpenAI, error_status
 from tests.conformance.cells import TEST_TYPES, user
 from tests.conftest import CONTRACT, TreeFactory, cell, hive
@@ -119,17 +120,23 @@ def test_in_direct_mode_a_failure_reaches_stderr_as_one_line(make_tree: TreeFact
     assert any("Traceback" in str(r.get("traceback")) for r in logged if r["event"] == "cell_error")
 
 
-async def test_trace_shows_the_error_on_the_failed_hop_and_where_the_dead_letter_died(
+async def test_trace_shows_the_failed_step_its_error_and_where_the_dead_letter_died(
     make_tree: TreeFactory,
 ) -> None:
     async with ColonyHarness(make_tree(raising_tree())) as colony:
         trace_id = await colony.send("/", user("Ada"), ttl=9)
         await colony.settle()
         lines = trace_lines(colony.colony.db.source, trace_id)
-    assert lines[:3] == ["@external → /  ttl 8", "  / → /greeter  ttl 7", lines[2]]
-    assert lines[2].startswith("    /greeter → /after  ttl 6  [finish_reason=error,")
-    assert lines[3:] == [
-        "      ✗ error script_failed: ValueError: no greeting for Ada",
-        "      ✗ died here: dead letter #1 hive_no_route: no out-edge of the hive matched the "
-        "message",
+    patterns = [
+        rf"trace {trace_id}  3 hops · \d+ ms · 1 dead letter",
+        r"└── @external → /  ttl 8  \+0 ms",
+        # the hive transit's edge; how long the script took, and that it failed
+        r"    └── / → /greeter  ttl 7  \+\d+ ms(  via \S+)?  ·  took \d+ ms · error",
+        r"        ├── ✗ error: ValueError: no greeting for Ada",
+        r"        └── /greeter → /after  ttl 6  \+\d+ ms  \[finish_reason=error, .*\](  via \S+)?",
+        r"            └── ✗ died here: dead letter #1 hive_no_route: no out-edge of the hive "
+        r"matched the message",
     ]
+    assert len(lines) == len(patterns), lines
+    for line, pattern in zip(lines, patterns, strict=True):
+        assert re.fullmatch(pattern, line), (line, pattern)

@@ -19,7 +19,7 @@ import pytest
 from colony.dead_letters import DeadLetter
 from colony.effects import LogRow
 from colony.envelope import Envelope, source_message
-from colony.operations import list_dead_letters, trace_lines
+from colony.operations import list_dead_letters
 from colony.persist.db import ColonyDb
 from colony.persist.pg.db import PgDb
 from colony.persist.records import (
@@ -40,6 +40,7 @@ from colony.persist.records import (
 from colony.persist.source import Source, postgres_sql, source_for_root
 from colony.queries import DeadLettersFilters, MessagesFilters, TraceFilters, parse
 from colony.reads import select_dead_letters, select_messages, select_trace
+from colony.traceview import trace_lines
 from tests.pg import PgSchema
 
 Db = ColonyDb | PgDb
@@ -111,10 +112,11 @@ async def test_the_message_log_of_a_trace_reads_in_the_order_it_was_written(db: 
     [entry] = read_log(source, other.trace_id)
     assert (entry.to_path, entry.body, entry.created_at) == ("/b", {"text": "/b"}, 100)
     assert entry.headers == {"context": {}, "hop": {}}
-    assert trace_lines(source, first.trace_id) == [
-        "/ → /a  ttl 64",
-        "  / → /a/x  ttl 64",
-        "    / → /a/y  ttl 64",
+    tree = [re.sub(r"  \+\d+ ms", "", line) for line in trace_lines(source, first.trace_id)]
+    assert tree[1:] == [
+        "└── / → /a  ttl 64",
+        "    └── / → /a/x  ttl 64",
+        "        └── / → /a/y  ttl 64",
     ]
 
 
