@@ -28,6 +28,7 @@ from rich.tree import Tree
 
 from colony.failures import error_code, error_text, one_line
 from colony.persist.records import DeadLetterRow, read_trace_dead_letters
+from colony.persist.schema import HANDLING_COLUMNS, HANDLING_SELECT
 from colony.persist.source import Source
 from colony.queries import LIMIT_MAX, TraceFilters
 from colony.reads import select_trace
@@ -81,23 +82,6 @@ def read_trace(source: Source, trace_id: str) -> TraceRecord:
     )
 
 
-HANDLING_COLUMNS = (
-    "seq",
-    "message_id",
-    "trace_id",
-    "cell",
-    "cell_type",
-    "started_ms",
-    "duration_ms",
-    "outcome",
-    "error",
-    "model",
-    "llm_latency_ms",
-    "tokens_prompt",
-    "tokens_completion",
-)
-
-
 def read_handling(source: Source, trace_id: str) -> list[dict[str, Any]]:
     """The ``handling`` rows of a trace, oldest first; none from a database that predates the
     table."""
@@ -105,7 +89,7 @@ def read_handling(source: Source, trace_id: str) -> list[dict[str, Any]]:
         have = {r[0] for r in session.execute(source.dialect.columns, ("handling",)).fetchall()}
         if not have:
             return []
-        sql = f"SELECT {', '.join(HANDLING_COLUMNS)} FROM handling WHERE trace_id = ? ORDER BY seq"
+        sql = f"SELECT {HANDLING_SELECT} FROM handling WHERE trace_id = ? ORDER BY seq"
         rows = session.execute(sql, (trace_id,)).fetchall()
     return [dict(zip(HANDLING_COLUMNS, row, strict=True)) for row in rows]
 
@@ -242,7 +226,7 @@ class _Drawing:
             label.append(f"  [{fields}]", style="dim")
         edges = hop.get("edges")
         if isinstance(edges, list) and edges:
-            label.append(f"  via {','.join(str(e) for e in edges)}", style="dim")
+            label.append(f"  fired {','.join(str(e) for e in edges)}", style="dim")
         if handling is not None:
             label.append_text(self._handling(handling))
         return label
@@ -269,7 +253,9 @@ class _Drawing:
     def _handling_error(node: Tree, row: Row) -> None:
         outcome = str(row.get("outcome") or "")
         if outcome != "ok" and row.get("error"):
-            node.add(Text(f"✗ {outcome}: {one_line(str(row['error']))}", style="red"))
+            # An error row's text starts with its code: ``✗ error script_failed: ValueError…``.
+            sep = " " if outcome == "error" else ": "
+            node.add(Text(f"✗ {outcome}{sep}{one_line(str(row['error']))}", style="red"))
 
     def _parent_showed_error(self, hop: Row) -> bool:
         """Whether the handling that emitted ``hop`` already showed its error (a cell that

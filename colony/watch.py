@@ -79,7 +79,7 @@ def _route(event: Mapping[str, Any]) -> Text:
         text.append(f"  ttl {event['ttl']}")
     edges = event.get("edges")
     if isinstance(edges, list) and edges:
-        text.append(f"  via {','.join(str(e) for e in edges)}", style="dim")
+        text.append(f"  fired {','.join(str(e) for e in edges)}", style="dim")
     return text
 
 

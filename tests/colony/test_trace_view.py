@@ -6,13 +6,27 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rich.console import Console
 
+from colony.dead_letters import DeadLetter
+from colony.effects import Handled, LogRow
+from colony.envelope import source_message
 from colony.persist.db import ColonyDb
-from colony.traceview import TraceRecord, plain_lines, read_handling, trace_json, trace_tree
+from colony.persist.pg.db import PgDb
+from colony.traceview import (
+    TraceRecord,
+    plain_lines,
+    read_handling,
+    read_trace,
+    trace_json,
+    trace_tree,
+)
+from tests.pg import PgSchema
 
 TRACE = "0192d3f0-0000-7000-8000-00000000abcd"
 
@@ -95,7 +109,7 @@ def test_each_hop_sits_under_its_parent_with_its_ttl_and_the_ms_since_the_trace_
     assert draw(*CHAIN) == [
         f"trace {TRACE}  3 hops · 3 ms",
         "└── @external → /  ttl 8  +0 ms",
-        "    └── / → /box  ttl 7  +1 ms  via e0",
+        "    └── / → /box  ttl 7  +1 ms  fired e0",
         "        └── /box → /box/sink  ttl 6  +3 ms",
     ]
 
@@ -140,16 +154,18 @@ def test_a_failed_step_shows_its_error_text_once_in_red() -> None:
         hop_fields={"finish_reason": "error", "error_code": "script_failed"},
         body={"error": "ValueError: no greeting for Ada"},
     )
-    crash = handled("m3", "/box/sink", 40, "error", error="ValueError: no greeting for Ada")
+    crash = handled(
+        "m3", "/box/sink", 40, "error", error="script_failed: ValueError: no greeting for Ada"
+    )
     record = TraceRecord(TRACE, (*CHAIN, failing), [crash])
     lines = plain_lines(trace_tree(record))
     assert lines[3:] == [
         "        └── /box → /box/sink  ttl 6  +3 ms  ·  took 40 ms · error",
-        "            ├── ✗ error: ValueError: no greeting for Ada",
+        "            ├── ✗ error script_failed: ValueError: no greeting for Ada",
         "            └── /box/sink → /box/after  ttl 5  +50 ms  [finish_reason=error, "
         "error_code=script_failed]",
     ]  # the emission carrying the same error does not repeat it
-    assert "\x1b[31m✗ error: ValueError: no greeting for Ada" in coloured(record)
+    assert "\x1b[31m✗ error script_failed: ValueError: no greeting for Ada" in coloured(record)
 
 
 def test_an_emission_error_is_shown_under_its_hop_when_no_handling_row_says_it() -> None:
@@ -265,3 +281,44 @@ def test_a_database_without_the_handling_table_reads_no_handling_rows(tmp_path: 
         assert read_handling(db.source, TRACE) == []
     finally:
         db.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ColonyDb | PgDb]:
+    """A colony's database on either backend, written by that backend's writer."""
+    opened: ColonyDb | PgDb
+    if request.param == "sqlite":
+        opened = ColonyDb(tmp_path / "colony.db")
+    else:
+        schema: PgSchema = request.getfixturevalue("pg_schema")
+        opened = PgDb(schema.dsn, "reader", 1)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+async def test_a_trace_reads_the_same_tree_from_colony_db_and_the_cluster_database(
+    db: ColonyDb | PgDb,
+) -> None:
+    first = source_message("/box", {"messages": []}, trace_id="a trace id a client chose")
+    second = source_message("/box/llm", {"messages": []}, trace_id=first.trace_id)
+    second.parent_message_id = first.id
+    lost = source_message("/nowhere", {"messages": []}, trace_id=first.trace_id)
+    lost.parent_message_id = second.id
+    call = Handled(second.id, first.trace_id, "/box/llm", "llm", 7_010, 812, "ok", None, "m", 790)
+    db.write(
+        [
+            LogRow(first, "@external", "/box", 8, 7_000, ("/box#0",)),
+            LogRow(second, "/box", "/box/llm", 7, 7_004),
+            call,
+            DeadLetter("unresolved_path", "/box/llm", "/nowhere", "/nowhere", lost, "no cell"),
+        ]
+    )
+    await db.flush()
+    record = read_trace(db.source, first.trace_id)
+    assert plain_lines(trace_tree(record))[1:] == [
+        "└── @external → /box  ttl 8  +0 ms  fired /box#0",
+        "    └── /box → /box/llm  ttl 7  +4 ms  ·  took 812 ms · ok · m · 790 ms",
+        "        └── ✗ /box/llm → /nowhere  dead letter #1 unresolved_path: no cell",
+    ]
