@@ -18,6 +18,8 @@ from typing import Any
 
 from rich.text import Text
 
+from colony.failures import one_line
+
 OUTCOME_STYLES = {
     "ok": "green",
     "error": "red",
@@ -52,12 +54,6 @@ def elapsed_ms(event: Mapping[str, Any], started_ms: int) -> int | None:
     return at - started_ms if isinstance(at, int) and not isinstance(at, bool) else None
 
 
-def one_line(text: object, limit: int = ERROR_CHARS) -> str:
-    """``text`` on one line, cut to ``limit`` characters."""
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
 def event_line(event: Mapping[str, Any], started_ms: int) -> Text:
     """``<ms since start> <kind> <trace> <what happened>`` for one event."""
     kind = str(event.get("kind", "?"))
@@ -68,8 +64,8 @@ def event_line(event: Mapping[str, Any], started_ms: int) -> Text:
     line.append(f"{short_id(event.get('trace_id'))}  ", style="dim")
     describe = _DESCRIBE.get(kind, _other)
     line.append_text(describe(event))
-    if kind == "dead_letter":
-        line.stylize("bold red")
+    if kind == "dead_letter":  # the whole line stands out, its time and trace too
+        return Text(line.plain, style="bold red")
     return line
 
 
@@ -96,9 +92,8 @@ def _handle_end(event: Mapping[str, Any]) -> Text:
     text = Text(f"{event.get('cell', '?')}  ")
     took = event.get("duration_ms")
     text.append(f"cell took {took if took is not None else '?'} ms · ")
-    text.append(outcome, style=style)
-    if event.get("error"):
-        text.append(f": {one_line(event['error'])}", style=style)
+    error = f": {one_line(str(event['error']), ERROR_CHARS)}" if event.get("error") else ""
+    text.append(outcome + error, style=style)
     return text
 
 
@@ -122,14 +117,14 @@ def _dead_letter(event: Mapping[str, Any]) -> Text:
     text = Text(f"✗ {event.get('sender', '?')} → {event.get('target', '?')}  ")
     text.append(str(event.get("error_code", "?")))
     if event.get("detail"):
-        text.append(f": {one_line(event['detail'])}")
+        text.append(f": {one_line(str(event['detail']), ERROR_CHARS)}")
     return text
 
 
 def _other(event: Mapping[str, Any]) -> Text:
     """A kind this client does not know (a newer daemon): its fields as compact JSON."""
     rest = {k: v for k, v in event.items() if k not in ("kind", "at_ms", "trace_id")}
-    return Text(one_line(json.dumps(rest, ensure_ascii=False, sort_keys=True), 200), style="dim")
+    return Text(one_line(json.dumps(rest, ensure_ascii=False, sort_keys=True)), style="dim")
 
 
 _DESCRIBE = {
@@ -139,6 +134,11 @@ _DESCRIBE = {
     "llm": _llm,
     "dead_letter": _dead_letter,
 }
+
+
+def watching_line(api: str, filters: Mapping[str, str]) -> Text:
+    shown = "".join(f" {name}={value}" for name, value in filters.items())
+    return Text(f"watching {api}{shown} (Ctrl-C ends it)", style="dim")
 
 
 def dropped_line(count: object) -> Text:

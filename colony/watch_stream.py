@@ -25,12 +25,13 @@ from httpx_sse import SSEError, connect_sse
 from rich.text import Text
 
 from colony.errors import ColonyError
+from colony.failures import one_line
 from colony.watch import (
     dropped_line,
     event_line,
-    one_line,
     reconnect_line,
     reconnected_line,
+    watching_line,
 )
 
 EVENTS_PATH = "/colony/events"
@@ -70,7 +71,8 @@ class _Seen:
         if not message:
             return True  # nothing to recognise it by: pass it on
         where = event.get("cell") or event.get("to") or event.get("target") or ""
-        key = (str(event.get("kind")), str(message), str(where))
+        # started_ms tells a cell's second handling of a message (after a crash) from the first.
+        key = (str(event.get("kind")), str(message), str(where), str(event.get("started_ms")))
         if key in self._keys:
             return False
         self._keys.add(key)
@@ -110,6 +112,8 @@ def follow_events(
                     if source.response.status_code >= 500 and connected:
                         raise _ServerTrouble(f"HTTP {source.response.status_code}")
                     _check(source.response, url)
+                    if not connected:
+                        on_notice(watching_line(api, params))
                     connected, attempt = True, 0
                     if lost:
                         on_notice(reconnected_line())
@@ -169,10 +173,10 @@ def _check(response: httpx.Response, url: str) -> None:
             f"{url} refused the watch (401): the API needs its bearer token; pass "
             "--api-token-env VAR, VAR holding the token the daemon was started with"
         )
-    if response.status_code == 404:
+    if response.status_code in (404, 501):  # 501: a /colony/* read this daemon does not know
         raise WatchRefused(
-            f"{url} does not exist (404): this daemon serves no live events; upgrade it to a "
-            "meclaw that has `meclaw watch`"
+            f"{url} is not served ({response.status_code}): this daemon has no live events; "
+            "run a daemon of this meclaw version"
         )
     try:
         doc = response.json()

@@ -46,8 +46,11 @@ NOT_RUN: dict[str, str] = {
 }
 """Documented commands this test does not run, each with why (a regex over the command)."""
 
-LONG_RUNNING = re.compile(r"--follow\b|--daemon\b|--api\b")
+LONG_RUNNING = re.compile(r"--follow\b|--daemon\b|--api\b|^meclaw watch\b")
 """Commands that run until stopped: they must be running after ``SETTLE_S`` seconds."""
+NEEDS_DAEMON = re.compile(r"^meclaw watch\b")
+"""Commands that follow a running daemon: run beside the ``live`` fixture's, like those with a
+placeholder."""
 SETTLE_S = 1.5
 READY = "colony running"
 """What the daemon says on stderr once it serves."""
@@ -261,23 +264,24 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         daemon.communicate(timeout=30)
 
 
-def _runnable(placeholders: bool) -> list[Documented]:
+def _runnable(live: bool) -> list[Documented]:
     return [
         c
         for c in COMMANDS
         if _reason_not_run(c.command) is None
-        and any(p in c.command for p in PLACEHOLDERS) == placeholders
+        and (any(p in c.command for p in PLACEHOLDERS) or bool(NEEDS_DAEMON.search(c.command)))
+        == live
     ]
 
 
-@pytest.mark.parametrize("doc", _runnable(placeholders=False), ids=str)
+@pytest.mark.parametrize("doc", _runnable(live=False), ids=str)
 def test_a_documented_command_runs_as_written(doc: Documented, checkout: Path) -> None:
     _, err = _run(doc.command, checkout)
     assert "Traceback" not in err, f"{doc}\n{err}"
 
 
-@pytest.mark.parametrize("doc", _runnable(placeholders=True), ids=str)
-def test_a_documented_command_runs_with_a_real_id_in_its_placeholder(
+@pytest.mark.parametrize("doc", _runnable(live=True), ids=str)
+def test_a_documented_command_runs_beside_a_daemon_with_a_real_id_in_its_placeholder(
     doc: Documented, live: Live
 ) -> None:
     _, err = _run(live.fill(doc.command), live.checkout)
