@@ -20,6 +20,11 @@ def event(kind: str, at: int = START + 1234, **fields: Any) -> dict[str, Any]:
     return {"kind": kind, "at_ms": at, "trace_id": TRACE, "message_id": "m1", **fields}
 
 
+def moved(sender: str, target: str, ttl: int, **more: Any) -> dict[str, Any]:
+    """A route's fields (``from`` is a keyword of Python's)."""
+    return {"from": sender, "to": target, "ttl": ttl, **more}
+
+
 def plain(text: Text) -> str:
     return text.plain.rstrip()
 
@@ -31,7 +36,7 @@ def ansi(text: Text) -> str:
 
 
 def test_a_line_starts_with_the_ms_since_the_watch_began_the_kind_and_the_trace_tail() -> None:
-    line = plain(event_line(event("route", **{"from": "/a", "to": "/b", "ttl": 7}), START))
+    line = plain(event_line(event("route", **moved("/a", "/b", 7)), START))
     assert line == "    1234 ms route        7c8d9e0f  /a → /b  ttl 7"
 
 
@@ -43,7 +48,7 @@ def test_the_trace_id_is_shown_by_its_tail_which_tells_traces_of_one_moment_apar
 
 
 def test_a_route_names_the_edges_that_fired_at_a_hive() -> None:
-    hop = event("route", **{"from": "@external", "to": "/", "ttl": 8, "edges": ["/#0", "/#2"]})
+    hop = event("route", **moved("@external", "/", 8, edges=["/#0", "/#2"]))
     assert plain(event_line(hop, START)).endswith("@external → /  ttl 8  fired /#0,/#2")
 
 

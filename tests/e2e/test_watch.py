@@ -4,13 +4,15 @@ in one line what is wrong when no daemon runs or the token is missing."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
-import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from queue import Empty, Queue
 from typing import IO, Any
@@ -19,6 +21,7 @@ import httpx
 
 from tests.conftest import TreeFactory, cell, hive
 from tests.e2e.test_cli_daemon import MECLAW, start, wait_for_line
+from tests.processes import alive
 
 WITHIN_S = 15.0
 
@@ -64,24 +67,25 @@ def next_line(lines: Queue[str], what: str) -> str:
         raise AssertionError(f"no {what} within {WITHIN_S} s") from None
 
 
-def post(url: str, trace_id: str) -> None:
-    body = {"target": "/", "body": {"messages": []}, "ttl": 9, "trace_id": trace_id}
+def post(url: str) -> str:
+    """Send a message into the colony; its trace id."""
+    body = {"target": "/", "body": {"messages": []}, "ttl": 9}
     answer = httpx.post(f"{url}/messages", json=body, trust_env=False, timeout=10)
     assert answer.status_code == 202, answer.text
+    return str(answer.json()["trace_id"])
 
 
 def test_watch_prints_the_route_and_handling_of_a_message_sent_to_the_running_daemon(
     make_tree: TreeFactory,
 ) -> None:
     root = tree(make_tree)
-    trace_id = str(uuid.uuid4())
     with start(root, "--api", "127.0.0.1:0") as daemon:
         url = wait_for_line(daemon, "HTTP API on").split("HTTP API on ", 1)[1].strip()
-        with watch(root, "--json", "--trace", trace_id) as watcher:
+        with watch(root, "--json") as watcher:
             try:
                 said = lines_of(watcher.stderr)
                 assert next_line(said, "watching notice").startswith(f"watching {url}")
-                post(url, trace_id)
+                trace_id = post(url)
                 events = lines_of(watcher.stdout)
                 seen: list[dict[str, Any]] = []
                 while not any(e["kind"] == "handle_end" for e in seen):
@@ -101,15 +105,14 @@ def test_watch_prints_the_route_and_handling_of_a_message_sent_to_the_running_da
 
 def test_watch_shows_one_uncoloured_line_per_event_in_a_pipe(make_tree: TreeFactory) -> None:
     root = tree(make_tree)
-    trace_id = str(uuid.uuid4())
     with start(root, "--api", "127.0.0.1:0") as daemon:
         url = wait_for_line(daemon, "HTTP API on").split("HTTP API on ", 1)[1].strip()
-        with watch(root, "--trace", trace_id, "--kind", "route,handle_end") as watcher:
+        with watch(root, "--cell", "/box", "--kind", "route,handle_end") as watcher:
             try:
                 printed = lines_of(watcher.stdout)
                 assert next_line(printed, "watching notice").startswith(f"watching {url}")
-                post(url, trace_id)
-                shown = [next_line(printed, "event line") for _ in range(4)]
+                trace_id = post(url)
+                shown = [next_line(printed, "event line") for _ in range(3)]
             finally:
                 watcher.send_signal(signal.SIGINT)
                 watcher.wait(timeout=10)
@@ -118,11 +121,13 @@ def test_watch_shows_one_uncoloured_line_per_event_in_a_pipe(make_tree: TreeFact
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=20)
     assert all("\x1b[" not in line for line in shown)  # not a terminal: no colour
-    assert [line.split()[2] for line in shown] == ["route"] * 3 + ["handle_end"]
+    # --cell /box: what goes to or through /box, not the hop into the root hive.
+    assert [line.split()[2] for line in shown] == ["route", "route", "handle_end"]
     assert all(trace_id[-8:] in line for line in shown)
-    assert shown[2].rstrip().endswith("/box → /box/sink  ttl 6")
-    assert " /box/sink  cell took " in shown[3]
-    assert shown[3].rstrip().endswith(" ms · ok")
+    assert shown[0].rstrip().endswith("/ → /box  ttl 7  fired /box#0")
+    assert shown[1].rstrip().endswith("/box → /box/sink  ttl 6")
+    assert " /box/sink  cell took " in shown[2]
+    assert shown[2].rstrip().endswith(" ms · ok")
 
 
 def test_watch_without_the_token_the_daemon_needs_says_to_pass_it(make_tree: TreeFactory) -> None:
@@ -162,3 +167,64 @@ def test_watch_with_no_daemon_running_says_so_in_one_line(tmp_path: Path) -> Non
         "daemon's API (start it with --api HOST:PORT, or name one with --api URL)"
     ]
     assert time.monotonic() - started < 10
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_watch_outlives_a_daemon_restart_and_resumes_where_it_left_off(
+    make_tree: TreeFactory,
+) -> None:
+    root = tree(make_tree)
+    address = f"127.0.0.1:{free_port()}"
+    url = f"http://{address}"
+    with watch_after(root, address) as (watcher, printed):
+        first = post(url)
+        before = [next_line(printed, "event line") for _ in range(5)]
+        stop(root)
+        assert next_line(printed, "lost notice").startswith("connection lost (")
+        with start(root, "--api", address) as daemon:
+            wait_for_line(daemon, "HTTP API on")
+            assert next_line(printed, "reconnected notice") == "reconnected\n"
+            second = post(url)
+            after = [next_line(printed, "event line") for _ in range(5)]
+            watcher.send_signal(signal.SIGINT)
+            assert watcher.wait(timeout=10) == 0
+            daemon.send_signal(signal.SIGTERM)
+            daemon.wait(timeout=20)
+    assert all(first[-8:] in line for line in before)
+    assert all(second[-8:] in line for line in after)  # nothing of the first trace twice
+
+
+@contextlib.contextmanager
+def watch_after(root: Path, address: str) -> Iterator[tuple[subprocess.Popen[str], Queue[str]]]:
+    """A daemon on ``address`` (left running for the test to stop) and a watch following it."""
+    daemon = start(root, "--api", address)
+    wait_for_line(daemon, "HTTP API on")
+    with watch(root, "--api", f"http://{address}") as watcher:
+        try:
+            printed = lines_of(watcher.stdout)
+            assert next_line(printed, "watching notice").startswith("watching ")
+            yield watcher, printed
+        finally:
+            if watcher.poll() is None:
+                watcher.send_signal(signal.SIGINT)
+                watcher.wait(timeout=10)
+            if daemon.poll() is None:
+                daemon.send_signal(signal.SIGTERM)
+                daemon.wait(timeout=20)
+            assert daemon.stderr is not None
+            daemon.stderr.close()
+
+
+def stop(root: Path) -> None:
+    """Stop the daemon running on ``root`` (its pid is in the root's lease)."""
+    lease = json.loads((root / "colony.db-lease").read_text())
+    os.kill(lease["pid"], signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    while (root / "colony.db-lease").exists() and alive(lease["pid"]):
+        assert time.monotonic() < deadline, "the daemon did not stop"
+        time.sleep(0.05)
