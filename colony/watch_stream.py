@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 from httpx_sse import SSEError, connect_sse
+from rich.console import Console
 from rich.text import Text
 
 from colony.errors import ColonyError
@@ -186,6 +187,14 @@ def _check(response: httpx.Response, url: str) -> None:
     raise WatchRefused(f"{url} refused the watch ({response.status_code} {detail})")
 
 
+class _Terminal(Console):
+    """A console that lets a closed pipe (``meclaw watch | head``) end the watch as it does in
+    ``--json`` mode: rich's own handling exits with status 1."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
+
+
 def print_events(
     api: str,
     *,
@@ -197,10 +206,8 @@ def print_events(
 ) -> None:
     """``meclaw watch``: each event as a line on stdout (its data as one JSON line with
     ``as_json``), the connection's changes on stderr when stdout carries JSON."""
-    from rich.console import Console
-
-    out = Console(highlight=False, no_color=not color, soft_wrap=True)
-    notes = Console(stderr=True, highlight=False, no_color=not color, soft_wrap=True)
+    out = _Terminal(highlight=False, no_color=not color, soft_wrap=True)
+    notes = _Terminal(stderr=True, highlight=False, no_color=not color, soft_wrap=True)
     started_ms = time.time_ns() // 1_000_000
 
     def on_event(event: dict[str, Any]) -> None:

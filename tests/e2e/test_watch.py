@@ -228,3 +228,19 @@ def stop(root: Path) -> None:
     while (root / "colony.db-lease").exists() and alive(lease["pid"]):
         assert time.monotonic() < deadline, "the daemon did not stop"
         time.sleep(0.05)
+
+
+def test_watch_ends_quietly_when_the_reader_of_its_output_goes(make_tree: TreeFactory) -> None:
+    root = tree(make_tree)
+    with start(root, "--api", "127.0.0.1:0") as daemon:
+        url = wait_for_line(daemon, "HTTP API on").split("HTTP API on ", 1)[1].strip()
+        with watch(root) as watcher:  # `meclaw watch | head -1`
+            assert watcher.stdout is not None
+            assert watcher.stdout.readline().startswith("watching ")
+            watcher.stdout.close()
+            post(url)  # its first line finds nobody reading
+            assert watcher.wait(timeout=WITHIN_S) == 0
+            assert watcher.stderr is not None
+            assert watcher.stderr.read() == ""
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=20)
