@@ -22,6 +22,7 @@ from aiohttp import web
 from colony import jsonwire, reads
 from colony.api_models import BodyRefused, post_message
 from colony.colony import Colony
+from colony.console import add_routes, is_console_path
 from colony.errors import ColonyError
 from colony.httpguard import (
     BodyTimeout,
@@ -319,7 +320,12 @@ def build_app(
 
     @web.middleware
     async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if token is not None and request.path != "/health" and not _authorized(request, token):
+        if (
+            token is not None
+            and request.path != "/health"
+            and not is_console_path(request.path)  # static files; every data call needs it
+            and not _authorized(request, token)
+        ):
             return error_response(401, "unauthorized", "send Authorization: Bearer <token>")
         problem = _query_problem(request)
         if problem is not None:
@@ -401,6 +407,7 @@ def build_app(
             return await route(colony, request)
 
         app.router.add_route(method, path, bound)
+    add_routes(app)
     return app
 
 
