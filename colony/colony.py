@@ -1,17 +1,11 @@
 """The running colony: it owns the cells and carries out what routing decides.
 
 One hand-off goes one way: :mod:`colony.routing` turns a message (an ingress, or how a cell's
-handling ended) into :class:`colony.effects.Effects`; :meth:`Colony._apply` answers the
-``/colony/*`` reads among them, has :class:`colony.journal.Journal` commit the whole record
-with the handled message's removal from the journal, and only then carries it out: mailbox
-puts (:mod:`colony.post`: a full mailbox overflows), egress, log lines and counters. A runner
-never calls into the colony while it handles a message; it reports an outcome to
-:meth:`Colony.settle`.
-
-Ingress admission (:meth:`Colony.admission`) lives here too: while ``colony.db`` cannot be
-written, or more bytes are queued than ``colony.json`` allows, an ingress is refused rather
-than accepted and then lost or held in memory. How a colony is booted and stopped, in order,
-is :func:`colony.boot.open_colony`.
+handling ended) into :class:`colony.effects.Effects`; :meth:`Colony._apply` answers its
+``/colony/*`` reads, has :class:`colony.journal.Journal` commit it with the handled message's
+removal from the journal, then carries it out: mailbox puts (:mod:`colony.post`), egress, log
+lines, counters, live events. A runner reports outcomes to :meth:`Colony.settle`. Ingress
+admission (:meth:`Colony.admission`) lives here too; boot and stop: :mod:`colony.boot`.
 """
 
 from __future__ import annotations
@@ -29,6 +23,7 @@ from colony.config.models import ColonyConfig
 from colony.edges import EdgeTable
 from colony.effects import Effects
 from colony.envelope import Envelope
+from colony.events import Events
 from colony.ids import uuid7
 from colony.inflight import InFlightMessages
 from colony.journal import Ack, Journal
@@ -85,6 +80,8 @@ class Colony:
         self.decisions = 0
         """Routing decisions taken so far (each one costs a message one TTL unit)."""
         self.dead_lettered = 0
+        self.events = Events()
+        """Who watches live (``GET /colony/events``), and the rates ``/colony/stats`` shows."""
         self._egress: Callable[[Envelope], Awaitable[None]] | None = None
         self.on_fatal: Callable[[str], None] | None = None
         """Set by the daemon: a watchdog trip under ``watchdog_on_trip: "exit"`` calls it."""
@@ -202,6 +199,7 @@ class Colony:
         """Stop every cell and commit what the writer holds. Queued messages stay in the
         journal for the next boot (at-least-once) or are dropped with a log line naming how
         many (at-most-once)."""
+        self.events.close()
         queued = sum(r.mailbox.qsize() for r in self.runners.values())
         for task in self._tasks:
             task.cancel()
@@ -223,11 +221,9 @@ class Colony:
     # -- ingress ------------------------------------------------------------------------------
 
     def admission(self, nbytes: int = 0) -> Refusal | None:
-        """None when an ingress of about ``nbytes`` may be accepted now; otherwise why not:
-        503 ``storage_unavailable`` while ``colony.db`` cannot be written (disk full, I/O
-        error, the file deleted), 429 ``overloaded`` while the mailboxes and their overflows
-        hold more than ``colony.json`` ``queued_max_bytes`` (see :mod:`colony.admission`).
-        Costs a few attribute reads: ask it for every ingress."""
+        """None when an ingress of about ``nbytes`` may be accepted now, else why not (503
+        while the storage cannot be written, 429 past ``queued_max_bytes``: see
+        :mod:`colony.admission`). Costs a few attribute reads: ask it for every ingress."""
         queued = self.queued.value + self.spilled.value
         return admit(self.db.unavailable(), queued, self.config.queued_max_bytes, nbytes)
 
@@ -269,11 +265,11 @@ class Colony:
         outcome: Outcome,
         *,
         key: str | None = None,
+        started_ms: int | None = None,
     ) -> None:
-        """Carry out how ``runner``'s handling of ``message`` ended, committed with the
-        message's removal from the journal (``message`` None: a long-running cell's own
-        emissions, one unit, committed before this returns so the cell may acknowledge its
-        outside source)."""
+        """Carry out how ``runner``'s handling of ``message`` (begun at ``started_ms``) ended,
+        committed with its removal from the journal and its ``handling`` row (``message``
+        None: a long-running cell's own emissions, committed before this returns)."""
         cluster = self.cluster
         if cluster is not None and message is not None and not cluster.holds(message):
             cluster.dropped(runner.path, message)  # another node owns it now
@@ -290,6 +286,8 @@ class Colony:
                 traceback="".join(traceback.format_exception(exc)).rstrip(),
             )
             fx = Effects()
+        if message is not None:
+            fx.handled = runner.account(message, outcome, started_ms)
         if cluster is not None and message is None:  # new conversations: each its partition
             for delivery in fx.deliveries:
                 cluster.assign(delivery.message)
@@ -344,6 +342,7 @@ class Colony:
                 await self._egress(leaving)
         self.decisions += fx.decisions
         self.dead_lettered += len(fx.letters)
+        self.events.applied(fx)
         log = self.log
         for note in fx.notes:
             getattr(log, note.level)(note.event, **note.fields)

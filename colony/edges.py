@@ -28,6 +28,9 @@ class Edge:
     scope: str
     """The hive that declares it."""
     index: int
+    ref: str
+    """``<hive>#<index>``: the edge's place in its hive's ``params.graph.edges``, the name the
+    record keeps (``id`` is new at every boot, as meclaw's)."""
     condition_source: str | None
     condition: Program | None
     set_context: tuple[tuple[str, Program], ...]
@@ -85,6 +88,7 @@ def compile_edge(decl: EdgeDecl, engine: Engine) -> Edge:
         to_path=decl.to_path,
         scope=decl.scope,
         index=decl.index,
+        ref=f"{decl.scope}#{decl.index}",
         condition_source=decl.condition,
         condition=engine.compile(decl.condition) if decl.condition is not None else None,
         set_context=set_context,

@@ -9,6 +9,7 @@ happens to be running.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,10 @@ class LogRow:
     from_path: str
     to_path: str
     ttl: int
+    at_ms: int = 0
+    """When routing took the decision (epoch milliseconds)."""
+    edges: tuple[str, ...] = ()
+    """At a hive transit: the ids of the hive's out-edges that fired."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +59,48 @@ class Note:
     fields: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class Handled:
+    """How one cell's handling of one message went (a ``handling`` row): kept with the hand-off
+    it caused, so the trace can show each step's duration, outcome and, for an LLM call, its
+    model, latency and tokens."""
+
+    message_id: str
+    trace_id: str
+    cell: str
+    cell_type: str
+    started_ms: int
+    duration_ms: int
+    outcome: str
+    """``ok``, ``error`` (the cell answered with an error), ``crashed``, ``timed_out`` or
+    ``refused``."""
+    error: str | None = None
+    model: str | None = None
+    llm_latency_ms: int | None = None
+    tokens_prompt: int | None = None
+    tokens_completion: int | None = None
+
+
 class Effects:
     """Everything one hand-off causes, in the order routing decided it."""
 
-    __slots__ = ("decisions", "deliveries", "egress", "letters", "logs", "notes", "reads")
+    __slots__ = (
+        "at_ms",
+        "decisions",
+        "deliveries",
+        "egress",
+        "handled",
+        "letters",
+        "logs",
+        "notes",
+        "reads",
+    )
 
     def __init__(self) -> None:
+        self.at_ms = time.time_ns() // 1_000_000
+        """When routing took this hand-off's decisions (epoch milliseconds)."""
+        self.handled: Handled | None = None
+        """The handling that caused this hand-off (set by the colony, not by routing)."""
         self.deliveries: list[Delivery] = []
         self.egress: list[Envelope] = []
         """Messages leaving the colony at the root hive (direct mode)."""
@@ -72,7 +113,7 @@ class Effects:
 
     def __bool__(self) -> bool:
         """Whether there is anything to write (deliveries, rows or dead letters)."""
-        return bool(self.deliveries or self.logs or self.letters)
+        return bool(self.deliveries or self.logs or self.letters or self.handled)
 
     def extend(self, other: Effects) -> None:
         """Append ``other`` (what routing a read's reply caused) to this hand-off."""

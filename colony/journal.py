@@ -121,8 +121,9 @@ class Journal:
         writes and :class:`colony.persist.db.UnitRejected` when it cannot be stored; any other
         unit waits until it can be written."""
         if not self.durable:
-            if effects.logs or effects.letters:
-                self.db.write([*effects.logs, *effects.letters])
+            if effects.logs or effects.letters or effects.handled:
+                handled = [] if effects.handled is None else [effects.handled]
+                self.db.write([*effects.logs, *effects.letters, *handled])
             return "applied"
         if ack is None and key is None and not effects:
             return "applied"
@@ -134,6 +135,7 @@ class Journal:
             deliveries=effects.deliveries,
             message=message,
             fail_fast=fail_fast,
+            handled=effects.handled,
         )
         if ack is not None and self._unawaited < UNAWAITED_MAX and self._may_run_ahead(effects):
             # Nothing waits on this commit: the writer applies units in order, so a later

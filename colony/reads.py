@@ -26,7 +26,6 @@ from colony.envelope import Envelope, Headers
 from colony.errors import ColonyError
 from colony.ids import uuid7
 from colony.persist.db import PersistenceError
-from colony.persist.schema import MESSAGE_LOG_SELECT
 from colony.persist.source import ReadDialect, Source
 from colony.queries import (
     DeadLettersFilters,
@@ -46,8 +45,6 @@ if TYPE_CHECKING:
 REPLY_TTL = 64
 """TTL of a ``/colony`` reply: a fresh budget, as meclaw's message builder gives one."""
 REPLY_SENDER = "/colony"
-
-_COLUMNS = MESSAGE_LOG_SELECT
 
 
 class ReadFailed(ColonyError):
@@ -105,7 +102,12 @@ def graph(colony: Colony, f: GraphFilters) -> dict[str, Any]:
     for edge in colony.edges.all():
         if not (inside(scope, edge.from_path) and inside(scope, edge.to_path)):
             continue
-        item: dict[str, Any] = {"id": edge.id, "from": edge.from_path, "to": edge.to_path}
+        item: dict[str, Any] = {
+            "id": edge.id,
+            "ref": edge.ref,
+            "from": edge.from_path,
+            "to": edge.to_path,
+        }
         if edge.condition_source is not None:
             item["condition"] = edge.condition_source
         if edge.restore_ttl:
@@ -276,6 +278,8 @@ def _log_row(r: Sequence[Any]) -> dict[str, Any]:
         "body_kind": r[9],
         "body_payload": r[10],
         "created_at": r[11],
+        "at_ms": r[12],
+        "edges": r[13].split(",") if r[13] else [],
         # Decoded too, for readers that want objects rather than meclaw's strings.
         "headers": _loads(r[8]),
         "body": _loads(r[10]),
@@ -293,7 +297,7 @@ def select_trace(source: Source, f: TraceFilters) -> list[dict[str, Any]]:
     where.compare("created_at", ">=", f.since)
     # ``seq`` selected too: ordered by a column it returns, SQLite merges the message log's two
     # tables in order instead of sorting them (see colony.persist.schema).
-    sql = f"SELECT seq, {_COLUMNS} FROM message_log{where} ORDER BY seq ASC LIMIT ?"
+    sql = f"SELECT seq, {source.log_select()} FROM message_log{where} ORDER BY seq ASC LIMIT ?"
     return [_log_row(r[1:]) for r in source.select(sql, [*where.args, f.rows])]
 
 
@@ -335,7 +339,7 @@ def select_messages(source: Source, f: MessagesFilters) -> tuple[list[dict[str, 
     dialect = source.dialect
     order = f" ORDER BY created_at DESC, {dialect.text('id')} DESC"
     if f.id is not None:
-        sql = f"SELECT {_COLUMNS} FROM message_log WHERE id = ?{order} LIMIT ?"
+        sql = f"SELECT {source.log_select()} FROM message_log WHERE id = ?{order} LIMIT ?"
         rows = source.select(sql, [f.id, f.rows])
         return [_log_row(r) for r in rows], len(rows)
     inner = _Where(dialect)
@@ -358,7 +362,7 @@ def select_messages(source: Source, f: MessagesFilters) -> tuple[list[dict[str, 
     outer.compare("correlation_id", "=", f.correlation_id)
     outer.prefix("from_path", f.from_path_prefix)
     outer.compare("body_kind", "=", f.body_kind)
-    window = f"SELECT {_COLUMNS} FROM message_log{inner}{order} LIMIT ?"
+    window = f"SELECT {source.log_select()} FROM message_log{inner}{order} LIMIT ?"
     # The subqueries are named: PostgreSQL (before 16) requires it, SQLite accepts it.
     sql = f"SELECT * FROM ({window}) AS scanned{outer}{order} LIMIT ?"
     args = [*inner.args, f.budget, *outer.args, f.rows]

@@ -141,7 +141,7 @@ def _route_one(
         fx.deliveries.append(Delivery(resolved, message, sender))
         if table.record:
             origin = EXTERNAL if message.parent_message_id is None else sender
-            fx.logs.append(LogRow(message, origin, resolved, ttl))
+            fx.logs.append(LogRow(message, origin, resolved, ttl, fx.at_ms))
         return None
     if resolved in table.hives:
         return _transit(table, fx, sender, message, resolved, ttl)
@@ -179,7 +179,8 @@ def _transit(
     taken, skipped = table.edges.evaluate(hive, message.headers)
     if table.record:
         origin = EXTERNAL if message.parent_message_id is None else sender
-        fx.logs.append(LogRow(message, origin, hive, ttl))
+        fired = tuple(t.edge.ref for t in taken)
+        fx.logs.append(LogRow(message, origin, hive, ttl, fx.at_ms, fired))
     if skipped:
         _note_skipped(fx, skipped, message)
     if taken:

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import time
 import traceback
 from collections.abc import Callable, Coroutine, Sequence
 from enum import StrEnum
@@ -34,8 +35,11 @@ from colony.cell import Cell, CellClass, CellSpec, CellType, Closable, Emission,
 from colony.config.models import ColonyConfig
 from colony.contracts import ConsumesGate
 from colony.dead_letters import DeadLetterCode
+from colony.effects import Handled
 from colony.envelope import Envelope, JsonObject, split_content
+from colony.events import Events
 from colony.failures import error_code, error_text, error_traceback
+from colony.handling import handled
 from colony.inflight import InFlightMessages
 from colony.mailbox import Mailbox
 from colony.observability import Logger
@@ -61,6 +65,9 @@ class CellState(StrEnum):
 class Host(Protocol):
     """What a runner needs from the colony (implemented by :class:`colony.colony.Colony`)."""
 
+    events: Events
+    """Told when a handling begins (the rest it learns from what the colony settles)."""
+
     async def settle(
         self,
         runner: CellRunner,
@@ -68,10 +75,12 @@ class Host(Protocol):
         outcome: Outcome,
         *,
         key: str | None = None,
+        started_ms: int | None = None,
     ) -> None:
         """Carry out how handling ``message`` ended (``message`` None: a long-running cell's
-        own emissions; ``key`` drops one taken in before). Returns once it is committed with
-        the message's removal from the journal, so the cell may acknowledge its source."""
+        own emissions; ``key`` drops one taken in before; ``started_ms``: when the handling
+        began). Returns once it is committed with the message's removal from the journal, so
+        the cell may acknowledge its source."""
         ...
 
     def status_changed(self, runner: CellRunner) -> None:
@@ -107,6 +116,10 @@ _FAIR_SHARE = 64
 Taking a queued message never waits, so a cell whose handling does not wait either (a store,
 a sink) would otherwise hold the event loop until its mailbox is empty: seconds, with 100,000
 queued, during which nothing else is routed."""
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 def _traceback(exc: BaseException) -> str:
@@ -149,6 +162,11 @@ class CellRunner:
         self.wired_active = active
         """Whether the edges make this cell active (``active`` is also False once failed)."""
         self.restarts = 0
+        self.handled = 0
+        """Messages this cell finished handling since the daemon started (``failed``: of
+        them, those that did not end ``ok``; ``busy``: being handled now)."""
+        self.failed = 0
+        self.busy = 0
         self.restart_limit = (
             spec.cell.restart_limit
             if spec.cell.restart_limit is not None
@@ -279,6 +297,14 @@ class CellRunner:
         stale = self.stale
         if stale is not None and stale(message):
             return Outputs(())  # another node owns its conversation now: settle drops it
+        self.host.events.began(self.path, self.type.name, message)
+        self.busy += 1
+        try:
+            return await self._gated(cell, message)
+        finally:
+            self.busy -= 1
+
+    async def _gated(self, cell: Cell, message: Envelope) -> Outcome:
         problem = self.gate.violation(message)
         if problem is not None:
             return Refused(DeadLetterCode.CONSUMES_VIOLATION, problem)
@@ -304,6 +330,15 @@ class CellRunner:
         if outputs:
             self.log_failures(message, outputs)
         return Outputs(outputs or ())
+
+    def account(self, message: Envelope, outcome: Outcome, started_ms: int | None) -> Handled:
+        """The ``handling`` row of ``message`` (begun at ``started_ms``; None: now), counted
+        in this cell's ``handled`` and ``failed``."""
+        ended = now_ms()
+        row = handled(self.path, self.type.name, message, outcome, started_ms or ended, ended)
+        self.handled += 1
+        self.failed += row.outcome != "ok"
+        return row
 
     def _restarts(self, outcome: Outcome) -> bool:
         """Whether ``outcome`` tears the instance down (a stateless cell's is shared: never)."""
@@ -421,6 +456,7 @@ class CellRunner:
                 cell = None
                 self.state = CellState.ASLEEP
                 continue
+            started = now_ms()
             try:
                 if cell is None:
                     try:
@@ -430,7 +466,7 @@ class CellRunner:
                         outcome: Outcome = self._crashed(message, exc)
                 if cell is not None:
                     outcome = await self._process(cell, message)
-                await self.host.settle(self, message, outcome)
+                await self.host.settle(self, message, outcome, started_ms=started)
             finally:
                 self.in_flight.done()
             if self._restarts(outcome):
@@ -471,8 +507,10 @@ class CellRunner:
             await self._close(cell)
 
     async def _work(self, cell: Cell, message: Envelope, slots: asyncio.Semaphore) -> None:
+        started = now_ms()
         try:
-            await self.host.settle(self, message, await self._process(cell, message))
+            outcome = await self._process(cell, message)
+            await self.host.settle(self, message, outcome, started_ms=started)
         finally:
             slots.release()
             self.in_flight.done()
@@ -520,9 +558,10 @@ class CellRunner:
         while True:
             message = await self._next(None)
             assert message is not None  # no idle timeout: it waits for one
+            started = now_ms()
             try:
                 outcome = await self._process(cell, message)
-                await self.host.settle(self, message, outcome)
+                await self.host.settle(self, message, outcome, started_ms=started)
             finally:
                 self.in_flight.done()
             if self._restarts(outcome):

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from colony.dead_letters import DeadLetter
-from colony.effects import LogRow
+from colony.effects import Handled, LogRow
 from colony.persist.db import DbStatistics
 from colony.persist.items import Unit
 from colony.persist.records import DeadLetterRow, MessageLogEntry
@@ -47,7 +47,7 @@ class Backend(Protocol):
     @property
     def lost(self) -> str | None: ...
 
-    def write(self, rows: Iterable[LogRow | DeadLetter]) -> None: ...
+    def write(self, rows: Iterable[LogRow | DeadLetter | Handled]) -> None: ...
 
     def set_registry(self, path: str, cell_id: str, cell_type: str, status: str) -> None: ...
 

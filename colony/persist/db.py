@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from colony.dead_letters import DeadLetter
-from colony.effects import LogRow
+from colony.effects import Handled, LogRow
 from colony.persist.checkpoint import Checkpointer
 from colony.persist.items import Commit, Execute, Fence, Forget, Item, Registry, Stop, Unit
 from colony.persist.journal import JournalSnapshot
@@ -137,7 +137,7 @@ class ColonyDb:
 
     # -- writes (never block the caller) ------------------------------------------------------
 
-    def write(self, rows: Iterable[LogRow | DeadLetter]) -> None:
+    def write(self, rows: Iterable[LogRow | DeadLetter | Handled]) -> None:
         """Hand message-log rows and dead letters to the writer, each committed on its own
         (outside any unit: at-most-once delivery, boot)."""
         put = self._queue.put

@@ -17,7 +17,7 @@ from typing import Any
 
 from colony.celltables import storage_failure
 from colony.dead_letters import DeadLetter
-from colony.effects import Delivery, LogRow
+from colony.effects import Delivery, Handled, LogRow
 from colony.envelope import Envelope
 
 
@@ -63,6 +63,8 @@ class Unit:
     fail_fast: bool = False
     """An ingress whose caller answers at once: fail it while the storage is unavailable
     instead of keeping it for a retry."""
+    handled: Handled | None = None
+    """How the handled message's handling went (its ``handling`` row)."""
 
 
 Done = Callable[[BaseException | None], None]
@@ -136,7 +138,7 @@ class Stop:
     pass
 
 
-Piece = LogRow | DeadLetter | Registry | Forget | Commit | Execute
+Piece = LogRow | DeadLetter | Handled | Registry | Forget | Commit | Execute
 """What one writer transaction applies; each can be applied, or fail, on its own."""
 
 Item = Piece | Fence | Stop

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from colony.envelope import Envelope
-from colony.persist.schema import MESSAGE_LOG_SELECT
 from colony.persist.source import Source
 
 
@@ -37,6 +36,10 @@ class MessageLogEntry:
     body_kind: str
     body: Any
     created_at: int
+    at_ms: int | None = None
+    """When routing took the decision (epoch ms); None in rows an older daemon wrote."""
+    edges: tuple[str, ...] = ()
+    """At a hive transit, the out-edges that fired (``<hive>#<index>``)."""
 
 
 def log_entry(r: Sequence[Any]) -> MessageLogEntry:
@@ -54,6 +57,8 @@ def log_entry(r: Sequence[Any]) -> MessageLogEntry:
         r[9],
         json.loads(r[10]),
         r[11],
+        r[12],
+        tuple(r[13].split(",")) if r[13] else (),
     )
 
 
@@ -158,7 +163,7 @@ def read_log(
     and message-plane reads with their filters are :mod:`colony.reads`."""
     # ``seq`` selected too: ordered by a column it returns, SQLite merges the message log's two
     # tables in order instead of sorting them (see colony.persist.schema).
-    sql = f"SELECT seq, {MESSAGE_LOG_SELECT} FROM message_log"
+    sql = f"SELECT seq, {source.log_select()} FROM message_log"
     args: tuple[Any, ...] = ()
     if trace_id is not None:
         sql += " WHERE trace_id = ?"

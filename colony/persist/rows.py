@@ -12,13 +12,21 @@ import time
 from typing import Any, assert_never
 
 from colony.dead_letters import DeadLetter, DeadLetterCode
-from colony.effects import LogRow
+from colony.effects import Handled, LogRow
 from colony.envelope import Envelope
 from colony.persist.escape import storable_json, storable_optional, storable_text
 from colony.persist.items import Commit, Execute, Forget, Piece, Registry, Unit
-from colony.persist.schema import MESSAGE_LOG_COLUMNS, MESSAGE_LOG_SELECT
+from colony.persist.schema import (
+    HANDLING_COLUMNS,
+    HANDLING_SELECT,
+    MESSAGE_LOG_COLUMNS,
+    MESSAGE_LOG_SELECT,
+)
 
 _LOG_MARKS = ",".join("?" * len(MESSAGE_LOG_COLUMNS))
+_HANDLING = (
+    f"INSERT INTO handling({HANDLING_SELECT}) VALUES ({','.join('?' * len(HANDLING_COLUMNS))})"
+)
 
 LOG_MOVE_ROWS = 1024
 """Message-log rows staged in ``message_log_recent`` move, in one statement, to
@@ -72,6 +80,7 @@ class Rows:
         "acks",
         "dropped",
         "forgets",
+        "handling",
         "inserts",
         "letters",
         "logs",
@@ -86,6 +95,7 @@ class Rows:
         self.acks: list[tuple[str, str]] = []
         self.forgets: list[tuple[int]] = []
         self.registry: list[tuple[Any, ...]] = []
+        self.handling: list[tuple[Any, ...]] = []
         self.dropped = 0
         """Deliveries acknowledged in this transaction: neither inserted nor deleted."""
         self._deliveries: list[tuple[str, str, Envelope] | None] = []
@@ -133,6 +143,26 @@ class Rows:
                 "inline",
                 self._body_of(m),
                 m.created_at,
+                item.at_ms,
+                ",".join(item.edges) or None,
+            )
+        )
+
+    def handled(self, item: Handled) -> None:
+        self.handling.append(
+            (
+                storable_text(item.message_id),
+                storable_text(item.trace_id),
+                storable_text(item.cell),
+                item.cell_type,
+                item.started_ms,
+                item.duration_ms,
+                item.outcome,
+                storable_optional(item.error),
+                storable_optional(item.model),
+                item.llm_latency_ms,
+                item.tokens_prompt,
+                item.tokens_completion,
             )
         )
 
@@ -200,6 +230,8 @@ class Rows:
             self.letter(letter)
         for d in unit.deliveries:
             self.journal(d.cell, d.sender, d.message)
+        if unit.handled is not None:
+            self.handled(unit.handled)
         if unit.ack is not None:
             self.ack(*unit.ack)
 
@@ -211,6 +243,8 @@ class Rows:
                 self.log(piece)
             case DeadLetter():
                 self.letter(piece)
+            case Handled():
+                self.handled(piece)
             case Forget():
                 self.forgets.append((piece.seq,))
             case Execute():
@@ -250,6 +284,8 @@ class Rows:
                 "VALUES (?,?,?,?,?,?,?,?,?)",
                 self.letters,
             )
+        if self.handling:
+            conn.executemany(_HANDLING, self.handling)
         if self.registry:
             conn.executemany(
                 "INSERT INTO registry(path, cell_id, cell_type, status, created_at, updated_at) "

@@ -110,6 +110,9 @@ CREATE TABLE IF NOT EXISTS ingress_keys (
     trace_id TEXT NOT NULL,
     created_at INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS handling (
+{handling_columns});
+CREATE INDEX IF NOT EXISTS handling_trace ON handling(trace_id);
 """
 _MESSAGE_LOG_TABLE = """\
     seq INTEGER PRIMARY KEY,
@@ -124,7 +127,9 @@ _MESSAGE_LOG_TABLE = """\
     headers TEXT NOT NULL,
     body_kind TEXT NOT NULL,
     body_payload TEXT NOT NULL,
-    created_at INTEGER NOT NULL
+    created_at INTEGER NOT NULL,
+    at_ms INTEGER,
+    edges TEXT
 """
 """The columns of both message-log tables (the staged one and the indexed one), written once."""
 
@@ -170,13 +175,54 @@ MESSAGE_LOG_COLUMNS = (
     "body_kind",
     "body_payload",
     "created_at",
+    "at_ms",
+    "edges",
 )
-"""A ``message_log`` row's columns in the one order every insert and select uses."""
+"""A ``message_log`` row's columns in the one order every insert and select uses. ``at_ms``
+(when routing took the decision, epoch milliseconds) and ``edges`` (at a hive transit, the ids
+of the out-edges that fired, comma-separated) are ours, not meclaw's: NULL in older rows."""
 
 MESSAGE_LOG_SELECT = ", ".join(MESSAGE_LOG_COLUMNS)
 
+HANDLING_COLUMNS = (
+    "message_id",
+    "trace_id",
+    "cell",
+    "cell_type",
+    "started_ms",
+    "duration_ms",
+    "outcome",
+    "error",
+    "model",
+    "llm_latency_ms",
+    "tokens_prompt",
+    "tokens_completion",
+)
+"""A ``handling`` row (one message a cell finished handling: how long, how it ended, and for
+an LLM call its model, latency and tokens) in the one order every insert and select uses."""
+
+HANDLING_SELECT = ", ".join(HANDLING_COLUMNS)
+
+_HANDLING_TABLE = """\
+    seq INTEGER PRIMARY KEY,
+    message_id TEXT NOT NULL,
+    trace_id TEXT NOT NULL,
+    cell TEXT NOT NULL,
+    cell_type TEXT NOT NULL,
+    started_ms INTEGER NOT NULL,
+    duration_ms INTEGER NOT NULL,
+    outcome TEXT NOT NULL,
+    error TEXT,
+    model TEXT,
+    llm_latency_ms INTEGER,
+    tokens_prompt INTEGER,
+    tokens_completion INTEGER
+"""
+
 DDL = _DDL.format(
-    message_log_columns=_MESSAGE_LOG_TABLE, message_log_names="seq, " + MESSAGE_LOG_SELECT
+    message_log_columns=_MESSAGE_LOG_TABLE,
+    message_log_names="seq, " + MESSAGE_LOG_SELECT,
+    handling_columns=_HANDLING_TABLE,
 )
 """Every table, index and view of ``colony.db`` (schema version :data:`SCHEMA_VERSION`)."""
 
@@ -205,6 +251,27 @@ def _upgrade_dead_letters(conn: sqlite3.Connection) -> None:
         )
 
 
+_LOG_ADDED = (("at_ms", "INTEGER"), ("edges", "TEXT"))
+"""Message-log columns newer than the file may be (added in both tables, the view remade)."""
+
+
+def _upgrade_message_log(conn: sqlite3.Connection) -> None:
+    """Give an older file's message-log tables the columns added since (additive: an older
+    daemon names its columns and keeps writing), and drop the view so the DDL remakes it
+    with them."""
+    remake = False
+    for table in ("message_log_indexed", "message_log_recent"):
+        present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        if not present:
+            continue
+        for name, kind in _LOG_ADDED:
+            if name not in present:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+                remake = True
+    if remake:
+        conn.execute("DROP VIEW IF EXISTS message_log")
+
+
 def _statements(script: str) -> list[str]:
     return [part.strip() for part in script.split(";") if part.strip()]
 
@@ -231,6 +298,7 @@ def migrate(conn: sqlite3.Connection) -> None:
             )
         if _kind(conn, "message_log") == "table":  # version 1: the log was one table
             conn.execute("ALTER TABLE message_log RENAME TO message_log_indexed")
+        _upgrade_message_log(conn)
         for statement in _statements(DDL):
             conn.execute(statement)
         _upgrade_dead_letters(conn)

@@ -20,7 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from colony.persist.schema import MESSAGE_ID_OF_ENVELOPE, connect
+from colony.persist.schema import (
+    MESSAGE_ID_OF_ENVELOPE,
+    MESSAGE_LOG_COLUMNS,
+    MESSAGE_LOG_SELECT,
+    connect,
+)
 
 CONNECT_TIMEOUT_S = 10
 """How long a read waits for the cluster database to answer a connection (seconds)."""
@@ -233,6 +238,17 @@ class Source:
         assert self.dsn is not None
         with psycopg.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as pg:
             yield _PgSession(pg)
+
+    def log_select(self) -> str:
+        """The message-log columns to select (:data:`MESSAGE_LOG_COLUMNS`): a ``colony.db`` an
+        older daemon wrote and no daemon has upgraded yet lacks the newest; they read as NULL."""
+        if self.path is None or not self.path.exists():
+            return MESSAGE_LOG_SELECT
+        with self.connect() as session:
+            have = {r[1] for r in session.execute("PRAGMA table_info(message_log)").fetchall()}
+        if not have or have.issuperset(MESSAGE_LOG_COLUMNS):
+            return MESSAGE_LOG_SELECT
+        return ", ".join(c if c in have else f"NULL AS {c}" for c in MESSAGE_LOG_COLUMNS)
 
     def select(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
         """The rows of one statement, on a connection of its own."""

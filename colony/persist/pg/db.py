@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from colony.dead_letters import DeadLetter
-from colony.effects import LogRow
+from colony.effects import Handled, LogRow
 from colony.envelope import Envelope
 from colony.persist.db import DbStatistics, _completion, _ignore, _result
 from colony.persist.items import Commit, Execute, Fence, Forget, Item, Registry, Stop, Unit
@@ -85,7 +85,7 @@ class PgDb:
 
     # -- writes (never block the caller) ------------------------------------------------------
 
-    def write(self, rows: Iterable[LogRow | DeadLetter]) -> None:
+    def write(self, rows: Iterable[LogRow | DeadLetter | Handled]) -> None:
         put = self._queue.put
         for row in rows:
             put(row)

@@ -49,7 +49,9 @@ CREATE TABLE IF NOT EXISTS message_log (
     headers TEXT NOT NULL,
     body_kind TEXT NOT NULL,
     body_payload TEXT NOT NULL,
-    created_at BIGINT NOT NULL
+    created_at BIGINT NOT NULL,
+    at_ms BIGINT,
+    edges TEXT
 );
 CREATE INDEX IF NOT EXISTS message_log_trace ON message_log(trace_id);
 CREATE INDEX IF NOT EXISTS message_log_created ON message_log(created_at);
@@ -88,6 +90,22 @@ CREATE TABLE IF NOT EXISTS ingress_keys (
     trace_id TEXT NOT NULL,
     created_at BIGINT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS handling (
+    seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    message_id TEXT NOT NULL,
+    trace_id TEXT NOT NULL,
+    cell TEXT NOT NULL,
+    cell_type TEXT NOT NULL,
+    started_ms BIGINT NOT NULL,
+    duration_ms BIGINT NOT NULL,
+    outcome TEXT NOT NULL,
+    error TEXT,
+    model TEXT,
+    llm_latency_ms BIGINT,
+    tokens_prompt BIGINT,
+    tokens_completion BIGINT
+);
+CREATE INDEX IF NOT EXISTS handling_trace ON handling(trace_id);
 CREATE TABLE IF NOT EXISTS cluster_partitions (
     partition INTEGER PRIMARY KEY,
     owner TEXT,

@@ -32,6 +32,12 @@ from colony.persist.escape import storable_text
 from colony.persist.items import Commit, Execute, Piece, Unit
 from colony.persist.pg import schema
 from colony.persist.rows import Rows
+from colony.persist.schema import (
+    HANDLING_COLUMNS,
+    HANDLING_SELECT,
+    MESSAGE_LOG_COLUMNS,
+    MESSAGE_LOG_SELECT,
+)
 from colony.persist.writer import UnitFenced, Writer
 
 CLAIM_CHANNEL = "colony_claim"
@@ -48,6 +54,15 @@ def fence_pairs(unit: Unit) -> set[tuple[int, int]]:
         if d.message.epoch is not None:
             pairs.add((d.message.partition, d.message.epoch))
     return pairs
+
+
+_LOG = (
+    f"INSERT INTO message_log({MESSAGE_LOG_SELECT}) "
+    f"VALUES ({','.join(['%s'] * len(MESSAGE_LOG_COLUMNS))})"
+)
+_HANDLING = (
+    f"INSERT INTO handling({HANDLING_SELECT}) VALUES ({','.join(['%s'] * len(HANDLING_COLUMNS))})"
+)
 
 
 class PgRows(Rows):
@@ -122,12 +137,9 @@ class PgRows(Rows):
         if self.forgets:
             cur.executemany("DELETE FROM journal WHERE seq = %s", self.forgets)
         if self.logs:
-            cur.executemany(
-                "INSERT INTO message_log(id, trace_id, parent_message_id, correlation_id, ttl, "
-                "from_path, to_path, reply_to, headers, body_kind, body_payload, created_at) "
-                "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                self.logs,
-            )
+            cur.executemany(_LOG, self.logs)
+        if self.handling:
+            cur.executemany(_HANDLING, self.handling)
         if self.letters:
             cur.executemany(
                 "INSERT INTO dead_letters(sender_path, original_target, resolved_target, "
