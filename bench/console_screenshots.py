@@ -20,7 +20,7 @@ import asyncio
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -36,9 +36,12 @@ from colony.testing import (
 )
 from scripted.search import ScriptedSearch
 
+if TYPE_CHECKING:
+    from playwright.async_api import ViewportSize
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
-VIEWPORT = {"width": 1440, "height": 960}
+VIEWPORT: ViewportSize = {"width": 1440, "height": 960}
 QUESTIONS = (
     QUESTION,
     "Which tools do sea otters carry, and where do they keep them?",

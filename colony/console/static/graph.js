@@ -176,11 +176,12 @@ function draw(host, graph, aside, entries) {
     if (!from || !to) continue;
     const d = route(from, to, n, obstacles);
     const tip = `${e.from} → ${e.to}\n${e.condition ? `when ${e.condition}` : "always"}${e.restore_ttl ? "\nrestores the TTL" : ""}`;
-    const g = s("g", { class: ["edge", e.condition && "edge-conditional"], testid: "graph-edge", "data-edge-id": e.id, "data-from": e.from, "data-to": e.to },
+    const g = s("g", { class: ["edge", e.condition && "edge-conditional"], testid: "graph-edge", "data-edge-id": e.id, "data-edge-ref": e.ref, "data-from": e.from, "data-to": e.to },
       s("path", { class: "edge-hit", d }),
       s("path", { class: "edge-line", d, "marker-end": "url(#arrow)" }),
       s("title", {}, tip));
     edgeEls.set(e.id, g);
+    if (e.ref) edgeEls.set(e.ref, g); // route events name the edges that fired by ref
     for (const p of [e.from, e.to]) edgesAt.set(p, [...(edgesAt.get(p) || []), e.id]);
     edgesLayer.append(g);
   }
@@ -206,8 +207,8 @@ function draw(host, graph, aside, entries) {
     setTimeout(() => el.classList.remove(cls), 1200);
   };
   const fire = (ids, from, to) => {
-    let fired = ids.map((id) => edgeEls.get(id)).filter(Boolean);
-    if (!fired.length && from && to) fired = [...edgeEls.values()].filter((g) => g.dataset.from === from && g.dataset.to === to);
+    let fired = [...new Set(ids.map((id) => edgeEls.get(id)).filter(Boolean))];
+    if (!fired.length && from && to) fired = [...new Set(edgeEls.values())].filter((g) => g.dataset.from === from && g.dataset.to === to);
     for (const g of fired) {
       g.classList.add("fired");
       clearTimeout(g.firedTimer);

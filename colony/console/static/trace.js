@@ -68,7 +68,11 @@ export function mount(view, ctx) {
   async function loadEdges() {
     try {
       const doc = await get("/colony/graph", {}, ctx.signal);
-      for (const e of doc.graph.edges) state.edges.set(e.id, e);
+      // a hop names the edges that fired by ref (<hive>#<index>); older daemons by id
+      for (const e of doc.graph.edges) {
+        state.edges.set(e.id, e);
+        if (e.ref) state.edges.set(e.ref, e);
+      }
       if (state.doc) render();
     } catch {
       // the edges are then named by id only
