@@ -33,6 +33,7 @@ from colony.httpguard import (
     read_body,
 )
 from colony.ingress import source_message_of
+from colony.livestream import interest_of, stream
 from colony.openapi import document
 from colony.persist.db import PersistenceError, UnitRejected
 from colony.persist.escape import has_surrogate
@@ -44,7 +45,7 @@ from colony.persist.records import (
     release_replay,
 )
 from colony.persist.source import Source
-from colony.queries import READS, DrainFilters, QueryError, parse_http
+from colony.queries import READS, DrainFilters, EventsFilters, QueryError, parse_http
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_BODY = 10 * 1024 * 1024
@@ -258,8 +259,14 @@ class Api:
             {"path": path, "revived": revived, "status_before": before, "state": runner.state.value}
         )
 
-    async def events(self, request: web.Request) -> web.Response:
-        return json_response({"error": "deferred"}, status=501)
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        """``GET /colony/events``: :mod:`colony.livestream`."""
+        filters = parse_http(EventsFilters, list(request.query.items()))
+        try:
+            interest = interest_of(filters)
+        except ValueError as exc:
+            raise ApiError(400, "bad_query", str(exc)) from None
+        return await stream(request, self.colony, interest)
 
 
 DOCUMENT_KEY: web.AppKey[dict[str, Any]] = web.AppKey("openapi", dict)
@@ -380,6 +387,11 @@ def build_app(
             in_flight.give(held)
 
     app = web.Application(middlewares=[guard, errors], client_max_size=MAX_BODY)
+
+    async def end_streams(app: web.Application) -> None:
+        colony.events.close()  # before aiohttp waits for the handlers: each stream then ends
+
+    app.on_shutdown.append(end_streams)
     app[COLONY_KEY] = colony
     app[CONNECTIONS_KEY] = connections
     app[LIMITS_KEY] = limits

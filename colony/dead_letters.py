@@ -53,6 +53,8 @@ class DeadLetter:
     resolved_target: str
     message: Envelope
     detail: str | None = None
+    at_ms: int | None = None
+    """When it died (epoch ms; None: when the writer stores it)."""
 
     @property
     def trace_id(self) -> str:

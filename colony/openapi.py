@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from colony.api_models import PostMessage
-from colony.queries import READS, DrainFilters, Filters
+from colony.queries import READS, DrainFilters, EventsFilters, Filters
 
 _ERROR = {
     "type": "object",
@@ -76,8 +76,17 @@ _READ_ANSWERS: dict[str, dict[str, Any]] = {
         "scan_truncated": {"type": "boolean"},
     },
     "dead_letters": {"dead_letters": _ROWS},
+    "runs": {"runs": _ROWS},
+    "stats": {
+        "stats": {
+            "type": "object",
+            "required": ["decisions", "dead_letters", "uptime_s", "series"],
+        }
+    },
 }
 _SUMMARIES = {
+    "runs": "Recent traces, newest first: duration, hops, LLM calls, tokens, outcome",
+    "stats": "Decisions and dead letters since boot and per 10 s for the last 10 minutes",
     "registry": "Cells",
     "graph": "Nodes, and the edges with both ends inside the scope",
     "trace": "Message-log rows of a trace, oldest first",
@@ -242,7 +251,28 @@ def document(
         }
     }
     paths["/colony/events"] = {
-        "get": {"summary": "Not yet", "responses": {"501": _json(_ERROR, "deferred")}}
+        "get": {
+            "summary": "Live events as Server-Sent Events (route, handle_start, handle_end, "
+            "llm, dead_letter; dropped when the client fell behind). Send Last-Event-ID to "
+            "get what the record holds since that event first.",
+            "parameters": [
+                *parameters(EventsFilters),
+                {
+                    "name": "Last-Event-ID",
+                    "in": "header",
+                    "required": False,
+                    "description": "resume after this event (<at_ms>-<n>)",
+                    "schema": {"type": "string"},
+                },
+            ],
+            "responses": {
+                "200": {
+                    "description": "an endless text/event-stream",
+                    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                },
+                **_errors(400),
+            },
+        }
     }
     paths.update(copy.deepcopy(dict(extra or {})))
     doc: dict[str, Any] = {

@@ -172,7 +172,9 @@ COLONY_ENDPOINTS: tuple[ColonyEndpoint, ...] = (
         "/colony/dead_letters/{id}/replay", EndpointKind.HTTP_ONLY, "re-drive a dead letter"
     ),
     ColonyEndpoint("/colony/cells/revive", EndpointKind.HTTP_ONLY, "revive a failed cell"),
-    ColonyEndpoint("/colony/events", EndpointKind.HTTP_ONLY, "the event stream (not yet served)"),
+    ColonyEndpoint("/colony/runs", EndpointKind.READ, "recent traces, one line each"),
+    ColonyEndpoint("/colony/stats", EndpointKind.READ, "decisions and dead letters per 10 s"),
+    ColonyEndpoint("/colony/events", EndpointKind.HTTP_ONLY, "live events (Server-Sent Events)"),
 )
 """Every ``/colony`` endpoint, the reads in the order the API documents them."""
 

@@ -210,6 +210,35 @@ class DeadLettersFilters(Limited):
     since: Whole = _field("created_at >= since (unix seconds; the dead message's own time)")
 
 
+class RunsFilters(Limited):
+    outcome: Annotated[
+        Literal["answered", "dead_lettered", "in_flight"] | None,
+        WithJsonSchema({"type": "string", "enum": ["answered", "dead_lettered", "in_flight"]}),
+    ] = _field("answered, dead_lettered or in_flight")
+    cell_prefix: Text = _field("only traces with a hop into a cell under this path prefix")
+    scan_budget: Whole = _field(
+        f"newest message-log rows read to find the traces, clamped to 1..{SCAN_BUDGET_MAX}; "
+        f"default {SCAN_BUDGET_DEFAULT}"
+    )
+
+    @property
+    def budget(self) -> int:
+        value = SCAN_BUDGET_DEFAULT if self.scan_budget is None else self.scan_budget
+        return min(max(value, 1), SCAN_BUDGET_MAX)
+
+
+class StatsFilters(Filters):
+    """``/colony/stats`` takes no filter."""
+
+
+class EventsFilters(Filters):
+    """``GET /colony/events``: which live events a watcher wants."""
+
+    trace_id: Uuid = _field("one trace")
+    cell: Text = _field("a path prefix, matched against an event's cell, from and to")
+    kind: Text = _field("comma-separated kinds: route, handle_start, handle_end, llm, dead_letter")
+
+
 def _ids(value: Any) -> tuple[int, ...] | None:
     if value is None:
         return None
@@ -250,6 +279,8 @@ _FILTERS: dict[str, type[Filters]] = {
     "trace": TraceFilters,
     "messages": MessagesFilters,
     "dead_letters": DeadLettersFilters,
+    "runs": RunsFilters,
+    "stats": StatsFilters,
 }
 
 READS: dict[str, type[Filters]] = {

@@ -17,6 +17,7 @@ for both engines.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -28,16 +29,20 @@ from colony.ids import uuid7
 from colony.persist.db import PersistenceError
 from colony.persist.source import ReadDialect, Source
 from colony.queries import (
+    LIMIT_MAX,
     DeadLettersFilters,
     Filters,
     GraphFilters,
     MessagesFilters,
     QueryError,
     RegistryFilters,
+    RunsFilters,
+    StatsFilters,
     TraceFilters,
     parse_message,
     slot,
 )
+from colony.runs import select_handling, select_runs
 
 if TYPE_CHECKING:
     from colony.colony import Colony
@@ -78,6 +83,11 @@ def registry(colony: Colony, f: RegistryFilters) -> dict[str, Any]:
                 "lifecycle_status": runner.state.value,
                 "active": active,
                 "failed": failed,
+                # Ours, not meclaw's: what the console's overview shows.
+                "mailbox_depth": runner.mailbox.qsize(),
+                "handled": runner.handled,
+                "failures": runner.failed,
+                "busy": runner.busy,
             }
         )
         if len(rows) == f.rows:
@@ -117,7 +127,38 @@ def graph(colony: Colony, f: GraphFilters) -> dict[str, Any]:
 
 
 async def trace(colony: Colony, f: TraceFilters) -> dict[str, Any]:
-    return {"trace": await _read(colony, select_trace, f)}
+    """The trace's hops; of one trace (``trace_id`` given) also its ``handling`` rows and its
+    dead letters (ours, beside meclaw's ``trace``)."""
+    if f.trace_id is None:
+        return {"trace": await _read(colony, select_trace, f)}
+    whole: dict[str, Any] = await _read(colony, _whole_trace, f)
+    return whole
+
+
+def _whole_trace(source: Source, f: TraceFilters) -> dict[str, Any]:
+    assert f.trace_id is not None
+    letters = DeadLettersFilters(limit=LIMIT_MAX)
+    return {
+        "trace": select_trace(source, f),
+        "handling": select_handling(source, f.trace_id),
+        "dead_letters": select_dead_letters(source, letters, trace_id=f.trace_id),
+    }
+
+
+async def runs(colony: Colony, f: RunsFilters) -> dict[str, Any]:
+    return {"runs": await _read(colony, functools.partial(select_runs, hives=colony.hives), f)}
+
+
+def stats(colony: Colony) -> dict[str, Any]:
+    rates = colony.events.rates
+    return {
+        "stats": {
+            "decisions": rates.decisions,
+            "dead_letters": rates.dead_letters,
+            "uptime_s": round(time.time() - rates.started, 3),
+            "series": rates.series(),
+        }
+    }
 
 
 async def messages(colony: Colony, f: MessagesFilters) -> dict[str, Any]:
@@ -150,6 +191,10 @@ async def read(colony: Colony, filters: Filters) -> dict[str, Any]:
         return await messages(colony, filters)
     if isinstance(filters, DeadLettersFilters):
         return await dead_letters(colony, filters)
+    if isinstance(filters, RunsFilters):
+        return await runs(colony, filters)
+    if isinstance(filters, StatsFilters):
+        return stats(colony)
     raise TypeError(f"no read takes {type(filters).__name__}")
 
 
@@ -301,17 +346,20 @@ def select_trace(source: Source, f: TraceFilters) -> list[dict[str, Any]]:
     return [_log_row(r[1:]) for r in source.select(sql, [*where.args, f.rows])]
 
 
-def select_dead_letters(source: Source, f: DeadLettersFilters) -> list[dict[str, Any]]:
-    """The dead letters of ``/colony/dead_letters``, oldest first. A listing never reads a
-    stored body: the message id has its own column (only rows an older daemon wrote lack it;
-    see colony.persist.schema)."""
+def select_dead_letters(
+    source: Source, f: DeadLettersFilters, *, trace_id: str | None = None
+) -> list[dict[str, Any]]:
+    """The dead letters of ``/colony/dead_letters`` (of one trace: ``trace_id``), oldest
+    first. A listing never reads a stored body: the message id has its own column (only rows
+    an older daemon wrote lack it; see colony.persist.schema)."""
     where = _Where(source.dialect)
+    where.compare("trace_id", "=", trace_id)
     where.compare("error_code", "=", f.error_code)
     where.compare("created_at", ">=", f.since)
     sql = (
         "SELECT id, sender_path, original_target, resolved_target, error_code, trace_id, "
         f"created_at, COALESCE(message_id, {source.dialect.message_id_of_envelope}), detail, "
-        f"replayed_at, replayed_as FROM dead_letters{where} ORDER BY id ASC LIMIT ?"
+        f"replayed_at, replayed_as, at_ms FROM dead_letters{where} ORDER BY id ASC LIMIT ?"
     )
     return [
         {
@@ -326,6 +374,7 @@ def select_dead_letters(source: Source, f: DeadLettersFilters) -> list[dict[str,
             "detail": r[8],
             "replayed_at": r[9],
             "replayed_as": r[10],
+            "at_ms": r[11],
         }
         for r in source.select(sql, [*where.args, f.rows])
     ]

@@ -278,7 +278,7 @@ def dead_letter(
     detail: str | None = None,
 ) -> None:
     """Add a dead letter, and the ``dead_lettered`` log line that says so, to ``fx``."""
-    fx.letters.append(DeadLetter(code, sender, original, resolved, message, detail))
+    fx.letters.append(DeadLetter(code, sender, original, resolved, message, detail, fx.at_ms))
     fx.notes.append(
         Note(
             "warning",

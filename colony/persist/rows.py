@@ -280,8 +280,8 @@ class Rows:
         if self.letters:
             conn.executemany(
                 "INSERT INTO dead_letters(sender_path, original_target, resolved_target, "
-                "error_code, trace_id, created_at, message_json, detail, message_id) "
-                "VALUES (?,?,?,?,?,?,?,?,?)",
+                "error_code, trace_id, created_at, message_json, detail, message_id, at_ms) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?)",
                 self.letters,
             )
         if self.handling:
@@ -333,6 +333,7 @@ def letter_row(item: DeadLetter) -> tuple[Any, ...]:
             item.resolved_target,
             m,
             f"{item.detail or ''} (body not storable as JSON: {describe(exc)})".strip(),
+            item.at_ms,
         )
     return (
         storable_text(item.sender_path),
@@ -344,6 +345,7 @@ def letter_row(item: DeadLetter) -> tuple[Any, ...]:
         message_json,
         storable_optional(item.detail),
         storable_text(m.id),
+        item.at_ms if item.at_ms is not None else time.time_ns() // 1_000_000,
     )
 
 

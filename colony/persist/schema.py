@@ -90,6 +90,7 @@ CREATE TABLE IF NOT EXISTS dead_letters (
     message_id TEXT,
     replayed_at INTEGER,
     replayed_as TEXT,
+    at_ms INTEGER,
     message_json TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS dead_letters_created ON dead_letters(created_at);
@@ -160,6 +161,7 @@ _DEAD_LETTER_COLUMNS = (
     ("message_id", "TEXT"),
     ("replayed_at", "INTEGER"),
     ("replayed_as", "TEXT"),
+    ("at_ms", "INTEGER"),
 )
 
 MESSAGE_LOG_COLUMNS = (

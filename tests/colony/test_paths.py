@@ -130,6 +130,8 @@ def test_the_answering_endpoints_are_the_reads_of_the_table() -> None:
         "/colony/trace",
         "/colony/messages",
         "/colony/dead_letters",
+        "/colony/runs",
+        "/colony/stats",
     } == ANSWERING
     assert len(reads) == len(ANSWERING)
 

@@ -113,7 +113,6 @@ async def test_unreadable_requests_are_400_and_unknown_routes_404_in_the_same_sh
     assert (missing.status_code, missing.json()["error"]) == (404, "not_found")
     query = await api.client.get("/colony/trace", params={"trace_id": "not-a-uuid"})
     assert (query.status_code, query.json()["error"]) == (400, "bad_query")
-    assert (await api.client.get("/colony/events")).status_code == 501
 
 
 async def test_registry_and_graph_describe_the_colony(api: Api) -> None:

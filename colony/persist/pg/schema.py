@@ -68,6 +68,7 @@ CREATE TABLE IF NOT EXISTS dead_letters (
     message_id TEXT,
     replayed_at BIGINT,
     replayed_as TEXT,
+    at_ms BIGINT,
     message_json TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS dead_letters_created ON dead_letters(created_at);

@@ -143,8 +143,8 @@ class PgRows(Rows):
         if self.letters:
             cur.executemany(
                 "INSERT INTO dead_letters(sender_path, original_target, resolved_target, "
-                "error_code, trace_id, created_at, message_json, detail, message_id) "
-                "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                "error_code, trace_id, created_at, message_json, detail, message_id, at_ms) "
+                "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
                 self.letters,
             )
         if self.registry:
