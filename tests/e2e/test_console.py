@@ -232,17 +232,16 @@ def test_the_overview_asks_for_the_token_then_lists_every_cell(
 
 def test_the_overview_counts_decisions_live(daemon: ConsoleDaemon, page: Page) -> None:
     page.goto(f"{daemon.url}/ui/#/")
-    value = page.get_by_test_id("stat-decisions-value")
-    page.wait_for_function(
-        "el => /\\d/.test(el.textContent)", arg=value.element_handle(), timeout=SEEN
-    )
     page.wait_for_selector("[data-testid=live-status][data-state=live]", timeout=SEEN)
-    before = int(re.sub(r"\D", "", value.inner_text()))
-    daemon.post("/", "count me")
+    shown = "() => document.querySelector('[data-testid=stat-decisions-value]').textContent"
+    page.wait_for_function(f"/\\d/.test(({shown})())", timeout=SEEN)
+    before = int(re.sub(r"\D", "", page.evaluate(shown)))
+    assert before == daemon.api.get("/colony/stats").json()["stats"]["decisions"]
+    daemon.answered(daemon.post("/", "count me"))
+    after = daemon.api.get("/colony/stats").json()["stats"]["decisions"]
+    assert after > before
     page.wait_for_function(
-        "([el, n]) => Number(el.textContent.replace(/\\D/g, '')) >= n",
-        arg=[value.element_handle(), before + 3],
-        timeout=SEEN,
+        f"n => Number(({shown})().replace(/\\D/g, '')) === n", arg=after, timeout=SEEN
     )
 
 

@@ -62,7 +62,7 @@ export function mount(view, ctx) {
       const ids = new Set(doc.dead_letters.map((d) => d.id));
       state.fresh = state.known ? new Set([...ids].filter((id) => !state.known.has(id))) : new Set();
       state.known = ids;
-      state.rows = doc.dead_letters;
+      state.rows = doc.dead_letters.slice().sort((a, b) => b.id - a.id);
       for (const row of doc.dead_letters) state.codes.add(row.error_code);
       state.error = null;
     } catch (err) {
@@ -140,7 +140,7 @@ function letter(row, state, actions) {
   const open = state.open.has(row.id);
   const outcome = state.results.get(row.id);
   const replayed = row.replayed_at !== null && row.replayed_at !== undefined;
-  const created = toMs(row.created_at);
+  const created = row.at_ms ?? toMs(row.created_at);
   return h("article", { class: ["dl", state.fresh.has(row.id) && "fresh", replayed && "dl-was-replayed"], testid: "dead-letter", "data-id": row.id, "data-error-code": row.error_code },
     h("div", { class: "dl-head" },
       h("span", { class: "dl-x", "aria-hidden": "true" }, "✗"),

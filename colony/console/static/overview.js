@@ -44,7 +44,8 @@ export function mount(view, ctx) {
 
   async function loadStats() {
     try {
-      stats.base = await get("/colony/stats", {}, ctx.signal);
+      const doc = await get("/colony/stats", {}, ctx.signal);
+      stats.base = doc.stats || doc;
       stats.live.clear();
       stats.liveDecisions = stats.liveDead = 0;
       stats.error = null;
@@ -72,7 +73,8 @@ export function mount(view, ctx) {
 
   const refreshCells = throttle(loadCells, 700);
   const redrawStats = throttle(renderStats, 500);
-  ctx.onTeardown(() => { refreshCells.cancel(); redrawStats.cancel(); });
+  const refreshStats = throttle(loadStats, 1500); // the daemon's exact counts, soon after
+  ctx.onTeardown(() => { refreshCells.cancel(); redrawStats.cancel(); refreshStats.cancel(); });
 
   ctx.onEvent((kind, data) => {
     if (kind === "route" || kind === "dead_letter") {
@@ -82,6 +84,7 @@ export function mount(view, ctx) {
       else { bucket.dead_letters += 1; stats.liveDead += 1; }
       stats.live.set(at, bucket);
       redrawStats();
+      refreshStats();
     }
     if (kind === "handle_start" || kind === "handle_end") {
       if (data.cell) flashRow(cellsHost, data.cell, kind === "handle_end" && data.outcome && data.outcome !== "ok");
@@ -205,8 +208,7 @@ function cellsTable(cells) {
       num(r.mailbox_depth),
       h("td", { class: ["num", r.busy > 0 && "busy"] }, fmtInt(r.busy)),
       num(r.handled),
-      // `failed` counts failed handlings (an older daemon sends a boolean: the cell is failed)
-      h("td", { class: ["num", isNum(r.failed) && r.failed > 0 && "bad-text"] }, fmtInt(isNum(r.failed) ? r.failed : null)),
+      h("td", { class: ["num", r.failures > 0 && "bad-text"] }, fmtInt(r.failures)),
     ))));
 }
 

@@ -32,13 +32,15 @@ export function mount(view, ctx) {
       clear(body, note(`The trace could not be read: ${state.error}`, "error", "trace-error"));
     } else if (!state.doc) {
       clear(body, note("Loading…", "empty", "trace-loading"));
-    } else if (!model.hops.length) {
+    } else if (!model.hops.length && !model.dead.length) {
       clear(body, note("No hop of this trace is recorded (yet). It shows up here as soon as one is.", "empty", "trace-empty"));
     } else {
+      const orphans = model.dead.filter((d) => !model.hops.some((hp) => hp.id === d.message_id));
       clear(body,
         card("Timeline", h("span", { class: "muted" }, "when each cell handled a message"), waterfall(model)),
-        card("Hops", h("span", { class: "muted" }, `${model.hops.length} routing decisions; click one for its headers and body`),
-          hopTree(model, state)));
+        orphans.length ? card("Died before a hop was logged", null, deadList(orphans)) : null,
+        model.hops.length ? card("Hops", h("span", { class: "muted" }, `${model.hops.length} routing decisions; click one for its headers and body`),
+          hopTree(model, state)) : null);
       if (focus && !state.scrolled) {
         const el = body.querySelector(`[data-message-id="${CSS.escape(focus)}"]`);
         if (el) { el.scrollIntoView({ block: "center" }); el.classList.add("focus"); state.scrolled = true; }
@@ -109,8 +111,9 @@ function modelOf(state) {
     byMessage.set(row.message_id, list);
   }
   const deadBy = new Map(dead.map((d) => [d.message_id, d]));
-  const times = [...hops.map((hp) => hp.at), ...handling.map((r) => r.started_ms)].filter(isNum);
-  const ends = [...hops.map((hp) => hp.at), ...handling.map((r) => r.started_ms + (r.duration_ms || 0))].filter(isNum);
+  for (const d of dead) d.at = d.at_ms ?? hops.find((hp) => hp.id === d.message_id)?.at ?? toMs(d.created_at);
+  const times = [...hops.map((hp) => hp.at), ...handling.map((r) => r.started_ms), ...dead.map((d) => d.at)].filter(isNum);
+  const ends = [...hops.map((hp) => hp.at), ...handling.map((r) => r.started_ms + (r.duration_ms || 0)), ...dead.map((d) => d.at)].filter(isNum);
   const running = [...state.busy.values()];
   for (const r of running) if (isNum(r.at_ms)) ends.push(Date.now());
   const t0 = times.length ? Math.min(...times) : null;
@@ -155,15 +158,17 @@ function waterfall(m) {
   rows.push(h("div", { class: "wf-row wf-lane" },
     h("div", { class: "wf-label muted" }, "routing"),
     h("div", { class: "wf-track" },
-      m.hops.filter((hp) => isNum(hp.at)).map((hp) => {
-        const died = m.deadBy.get(hp.id);
-        return h("span", {
-          class: died ? "wf-dead" : "wf-tick",
-          style: { left: at(hp.at) },
-          title: `${fmtMs(hp.at - m.t0)}: ${hp.from_path} → ${hp.to_path}${died ? ` ✗ ${died.error_code}` : ""}`,
-          testid: died ? "wf-dead-letter" : null,
-        }, died ? "✗" : null);
-      }))));
+      m.hops.filter((hp) => isNum(hp.at)).map((hp) => h("span", {
+        class: "wf-tick",
+        style: { left: at(hp.at) },
+        title: `+${fmtMs(hp.at - m.t0)}: ${hp.from_path} → ${hp.to_path}`,
+      })),
+      m.dead.filter((d) => isNum(d.at)).map((d) => h("span", {
+        class: "wf-dead",
+        style: { left: at(d.at) },
+        title: `+${fmtMs(d.at - m.t0)}: dead letter ${d.error_code} (${d.sender_path} → ${d.original_target})`,
+        testid: "wf-dead-letter",
+      }, "✗")))));
   for (const r of m.handling) {
     const llm = r.model ? `${r.model} · ${fmtMs(r.llm_latency_ms)} · ${fmtInt(r.tokens_prompt)} → ${fmtInt(r.tokens_completion)} tokens` : null;
     const tip = [`${r.cell} (${r.cell_type})`, `started +${fmtMs(r.started_ms - m.t0)}, took ${fmtMs(r.duration_ms)}`, `outcome: ${r.outcome}`, llm, r.error].filter(Boolean).join("\n");
@@ -251,6 +256,15 @@ function hopRow(hp, depth, m, state) {
         h("div", {}, h("h3", {}, "Body"), jsonBlock(hp.body ?? null, "hop-body")))));
   details.style.setProperty("--depth", depth);
   return h("li", { testid: "hop", "data-message-id": hp.id }, details);
+}
+
+function deadList(letters) {
+  return h("ul", { class: "dead-list" }, letters.map((d) => h("li", { testid: "trace-dead-letter" },
+    h("span", { class: "dead-mark" }, `✗ ${d.error_code}`), " ",
+    h("span", { class: "path" }, d.sender_path), h("span", { class: "arrow" }, "→"),
+    h("span", { class: "path strong" }, d.original_target),
+    d.detail ? h("span", { class: "muted" }, ` — ${d.detail}`) : null, " ",
+    h("a", { href: `#/dead-letters?code=${encodeURIComponent(d.error_code)}` }, `dead letter #${d.id}`))));
 }
 
 function kv(key, value) {
