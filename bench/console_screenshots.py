@@ -111,10 +111,12 @@ async def shoot(url: str, out: Path, ask: Any, trace_id: str) -> None:
             await page.wait_for_selector("[data-testid=handling-row]")
             llm_hop = page.locator("[data-testid=hop]", has=page.locator(".chip-llm")).first
             await llm_hop.locator("summary").click()
+            await page.mouse.move(0, 0)
+            await page.evaluate("window.scrollTo(0, 0)")
             await page.wait_for_timeout(200)
             await page.screenshot(
                 path=out / "trace.png",
-                clip={"x": 0, "y": 0, "width": VIEWPORT["width"], "height": 1500},
+                clip={"x": 0, "y": 0, "width": VIEWPORT["width"], "height": 1700},
                 full_page=True,
             )
 
@@ -124,11 +126,13 @@ async def shoot(url: str, out: Path, ask: Any, trace_id: str) -> None:
             await page.wait_for_selector("[data-testid=dl-message]")
             await page.screenshot(path=out / "dead-letters.png", full_page=True)
 
+            await page.mouse.move(0, 0)  # no cell under the pointer (it would be highlighted)
             await page.goto(f"{url}/ui/#/graph")
             await page.wait_for_selector("[data-testid=graph-node]")
             await page.wait_for_timeout(300)
             await ask()
-            await page.wait_for_selector(".node.heat-3, .node.heat-4, .node.heat-5", timeout=20_000)
+            await page.wait_for_selector(".node.heat-4, .node.heat-5", timeout=20_000)
+            await page.wait_for_timeout(400)  # the colours fade in
             await page.screenshot(path=out / "graph.png", full_page=True)
         finally:
             await browser.close()

@@ -26,7 +26,7 @@ export function mount(view, ctx) {
       h("p", { class: "muted" }, "The topology as the daemon runs it. Hover an arrow for its condition; cells glow while they work.")),
     h("div", { class: "card graph-card" },
       h("div", { class: "filters" }, counts, h("span", { class: "spacer" }),
-        h("span", { class: "legend" }, h("span", { class: "key key-cold" }), "idle", h("span", { class: "key key-hot" }), "busy"), zoom),
+        h("span", { class: "legend" }, h("span", { class: "key key-cold" }), "idle", h("span", { class: "key key-hot" }), "active"), zoom),
       host),
     aside);
   clear(aside, h("p", { class: "muted" }, "Click a cell or a hive to see its edges."));
@@ -191,6 +191,7 @@ function draw(host, graph, aside, entries) {
     el.addEventListener("mouseleave", () => (edgesAt.get(path) || []).forEach((id) => edgeEls.get(id)?.classList.remove("near")));
   }
 
+  svg.addEventListener("mouseleave", () => edgeEls.forEach((g) => g.classList.remove("near")));
   clear(host, svg);
   const fitHeight = () => {
     const wanted = (host.clientWidth * (height + 2 * margin)) / (width + 2 * margin);
@@ -240,7 +241,8 @@ function endpointOf(from, to, items) {
 }
 
 function marker(id, cls) {
-  return s("marker", { id, viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" },
+  // sized in the drawing's units: a thicker (hovered, fired) line keeps the same arrowhead
+  return s("marker", { id, viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 9, markerHeight: 9, markerUnits: "userSpaceOnUse", orient: "auto-start-reverse" },
     s("path", { d: "M 0 0 L 10 5 L 0 10 z", class: cls }));
 }
 

@@ -35,7 +35,7 @@ export function mount(view, ctx) {
     clear(statsHost, statCards(stats, cells));
     clear(chartHost, stats.unavailable
       ? note("Not available: this daemon does not serve GET /colony/stats.", "empty", "stats-unavailable")
-      : chart(seriesOf(stats)));
+      : chart(seriesOf(stats), chartHost.clientWidth));
   };
   const renderCells = () => {
     view.querySelector("[data-testid=cells-count]").textContent = cells.rows ? `${cells.rows.length} cells` : "";
@@ -136,7 +136,7 @@ function statCards(stats, cells) {
   const dead = base ? base.dead_letters + stats.liveDead : null;
   return [
     stat("Decisions / s", fmtRate(base ? perSecond : null), "over the last minute", "stat-rate"),
-    stat("Decisions", fmtInt(decisions), base ? `since start, ${fmtUptime(base.uptime_s)} ago` : unavailableText(stats), "stat-decisions"),
+    stat("Decisions", fmtInt(decisions), base ? `since the daemon started, ${fmtUptime(base.uptime_s)} ago` : unavailableText(stats), "stat-decisions"),
     stat("Dead letters", fmtInt(dead), base ? `${fmtInt(deadRecent)} in the last 10 min` : "", "stat-dead-letters", dead > 0 ? "bad" : null),
     stat("Cells", fmtInt(cells.rows ? rows.length : null), cells.rows ? `${fmtInt(busy)} busy · ${fmtInt(failed)} failed` : "", "stat-cells", failed ? "bad" : null),
   ];
@@ -154,9 +154,10 @@ function stat(label, value, sub, testid, kind) {
     h("div", { class: "stat-sub" }, sub));
 }
 
-function chart(series) {
-  const W = 720;
-  const H = 150;
+/** Bars per 10-second bucket, drawn at the width it is shown at (its text stays its size). */
+function chart(series, width) {
+  const W = Math.max(480, width || 960);
+  const H = 170;
   const pad = { l: 34, r: 8, t: 10, b: 22 };
   const max = Math.max(4, ...series.map((b) => b.decisions), ...series.map((b) => b.dead_letters));
   const top = niceCeil(max);

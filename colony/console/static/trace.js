@@ -13,6 +13,7 @@ export const title = (where) => `Trace ${shortId(where.id)}`;
 export const stream = (where) => ({ trace_id: where.id });
 
 const LIMIT = 1000;
+const FOLDED_ROWS = 20;
 
 export function mount(view, ctx) {
   const id = ctx.where.id;
@@ -37,7 +38,7 @@ export function mount(view, ctx) {
     } else {
       const orphans = model.dead.filter((d) => !model.hops.some((hp) => hp.id === d.message_id));
       clear(body,
-        card("Timeline", h("span", { class: "muted" }, "when each cell handled a message"), waterfall(model)),
+        card("Timeline", h("span", { class: "muted" }, "when each cell handled a message"), waterfall(model, state, render)),
         orphans.length ? card("Died before a hop was logged", null, deadList(orphans)) : null,
         model.hops.length ? card("Hops", h("span", { class: "muted" }, `${model.hops.length} routing decisions; click one for its headers and body`),
           hopTree(model, state)) : null);
@@ -148,7 +149,7 @@ function summary(m, state) {
 
 // -- the waterfall ---------------------------------------------------------------------------
 
-function waterfall(m) {
+function waterfall(m, state, render) {
   if (!m.hasHandling) return note("Not available: this daemon records no handling times (GET /colony/trace has no \"handling\").", "empty", "waterfall-unavailable");
   const span = Math.max(1, (m.t1 ?? 0) - (m.t0 ?? 0));
   const at = (t) => `${(100 * (t - m.t0)) / span}%`;
@@ -169,7 +170,8 @@ function waterfall(m) {
         title: `+${fmtMs(d.at - m.t0)}: dead letter ${d.error_code} (${d.sender_path} → ${d.original_target})`,
         testid: "wf-dead-letter",
       }, "✗")))));
-  for (const r of m.handling) {
+  const folded = !state.unfolded && m.handling.length > FOLDED_ROWS + 4;
+  for (const r of folded ? m.handling.slice(0, FOLDED_ROWS) : m.handling) {
     const llm = r.model ? `${r.model} · ${fmtMs(r.llm_latency_ms)} · ${fmtInt(r.tokens_prompt)} → ${fmtInt(r.tokens_completion)} tokens` : null;
     const tip = [`${r.cell} (${r.cell_type})`, `started +${fmtMs(r.started_ms - m.t0)}, took ${fmtMs(r.duration_ms)}`, `outcome: ${r.outcome}`, llm, r.error].filter(Boolean).join("\n");
     rows.push(h("div", { class: "wf-row", testid: "handling-row", "data-cell": r.cell, "data-message-id": r.message_id },
@@ -188,6 +190,13 @@ function waterfall(m) {
         h("span", { class: "wf-bar wf-running", style: { left: at(r.at_ms), width: wide(Date.now() - r.at_ms) } }),
         h("span", { class: "wf-text", style: { left: at(Date.now()) } }, "running…"))));
   }
+  if (folded) {
+    const rest = m.handling.slice(FOLDED_ROWS);
+    const llm = rest.filter((r) => r.model).length;
+    rows.push(h("div", { class: "wf-row" }, h("div", {}),
+      h("div", {}, h("button", { type: "button", class: "ghost", testid: "waterfall-more", onclick: () => { state.unfolded = true; render(); } },
+        `Show ${rest.length} more handlings${llm ? ` (${llm} LLM call${llm === 1 ? "" : "s"})` : ""}`))));
+  }
   return h("div", { class: "waterfall", testid: "waterfall" }, axis(span), rows);
 }
 
@@ -196,7 +205,7 @@ function axis(span) {
   const ticks = [];
   for (let t = 0; t <= span + 0.5; t += step) ticks.push(t);
   return h("div", { class: "wf-row wf-axis" }, h("div", { class: "wf-label" }),
-    h("div", { class: "wf-track" }, ticks.map((t) => h("span", { class: "wf-axis-tick", style: { left: `${(100 * t) / span}%` } }, fmtMs(t)))));
+    h("div", { class: "wf-track" }, ticks.map((t) => h("span", { class: "wf-axis-tick", style: { left: `${(100 * t) / span}%` } }, t ? fmtMs(t) : "0"))));
 }
 
 function niceStep(raw) {
@@ -235,7 +244,7 @@ function hopRow(hp, depth, m, state) {
   const running = m.running.find((r) => r.message_id === hp.id);
   const details = h("details", { class: ["hop", died && "hop-dead"], "data-message-id": hp.id, open: state.open.has(hp.id) },
     h("summary", {},
-      h("span", { class: "hop-at mono", title: fmtClock(hp.at) }, isNum(hp.at) && isNum(m.t0) ? `+${fmtMs(hp.at - m.t0)}` : ""),
+      h("span", { class: "hop-at mono", title: fmtClock(hp.at) }, isNum(hp.at) && isNum(m.t0) ? (hp.at > m.t0 ? `+${fmtMs(hp.at - m.t0)}` : "0") : ""),
       h("span", { class: "hop-route" },
         h("span", { class: "path" }, hp.from_path), h("span", { class: "arrow" }, "→"),
         h("span", { class: "path strong", testid: "hop-to" }, hp.to_path)),
