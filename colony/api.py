@@ -4,7 +4,8 @@ Request → envelope or query; no routing logic here. Every error body has one s
 ``{"error": "<token>", "detail": "<what and why>"}`` (400 = unreadable, 404 = no such thing,
 422 = understood but refused, 429/503 = not now, with ``Retry-After``). Bind loopback by
 default; a non-loopback bind needs a bearer token (``--api-token-env VAR``), checked on every
-route but ``/health``. The reads are :mod:`colony.reads` with the filters of
+route but ``/health`` and the web console's static files (``/ui/``, :mod:`colony.console`).
+The reads are :mod:`colony.reads` with the filters of
 :mod:`colony.queries`, the same a cell gets by sending a message to ``/colony/<read>``; what a
 client may hold (connections, time, bytes in flight) is bounded by :mod:`colony.httpguard`.
 """

@@ -121,7 +121,6 @@ class ConsoleDaemon:
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleDaemon]:
-    _needs_browser()
     root = write_tree(tmp_path_factory.mktemp("console-colony"), TREE)
     artifacts = os.environ.get("COLONY_ARTIFACTS")
     shots = Path(artifacts) / "console" if artifacts else tmp_path_factory.mktemp("console-shots")
@@ -154,6 +153,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleDaemon]:
 
 @pytest.fixture(scope="module")
 def browser(daemon: ConsoleDaemon) -> Iterator[Browser]:
+    _needs_browser()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
