@@ -16,10 +16,11 @@ const PALETTE = 8;
 export function mount(view, ctx) {
   const host = h("div", { class: "graph-host", testid: "graph" });
   const aside = h("aside", { class: "graph-info card", testid: "graph-info" });
+  const live = { heat: new Map(), busy: new Map(), drawn: null };
   const zoom = h("div", { class: "zoom" },
-    h("button", { type: "button", class: "ghost", title: "zoom in", onclick: () => view.zoomBy?.(1 / 1.25) }, "+"),
-    h("button", { type: "button", class: "ghost", title: "zoom out", onclick: () => view.zoomBy?.(1.25) }, "−"),
-    h("button", { type: "button", class: "ghost", title: "fit the whole graph", testid: "graph-fit", onclick: () => view.fit?.() }, "fit"));
+    h("button", { type: "button", class: "ghost", title: "zoom in", onclick: () => live.drawn?.controls.zoomBy(1 / 1.25) }, "+"),
+    h("button", { type: "button", class: "ghost", title: "zoom out", onclick: () => live.drawn?.controls.zoomBy(1.25) }, "−"),
+    h("button", { type: "button", class: "ghost", title: "fit the whole graph", testid: "graph-fit", onclick: () => live.drawn?.controls.fit() }, "fit"));
   const counts = h("span", { class: "muted", testid: "graph-counts" });
   view.append(
     h("div", { class: "page-head" }, h("h1", {}, "Graph"),
@@ -31,8 +32,6 @@ export function mount(view, ctx) {
     aside);
   clear(aside, h("p", { class: "muted" }, "Click a cell or a hive to see its edges."));
 
-  const live = { heat: new Map(), busy: new Map(), drawn: null };
-
   async function load() {
     try {
       const doc = await get("/colony/graph", {}, ctx.signal);
@@ -41,7 +40,6 @@ export function mount(view, ctx) {
       const hiveCount = g.nodes.length - cellCount;
       counts.textContent = `${fmtInt(cellCount)} cells · ${fmtInt(hiveCount)} hives · ${fmtInt(g.edges.length)} edges`;
       live.drawn = draw(host, g, aside, await entriesOf(ctx));
-      Object.assign(view, live.drawn.controls);
     } catch (err) {
       if (ctx.signal.aborted) return;
       clear(host, notServed(err)

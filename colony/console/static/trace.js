@@ -60,6 +60,8 @@ export function mount(view, ctx) {
       if (mine !== generation) return;
       state.doc = doc;
       state.run = runs?.runs?.find((r) => r.trace_id === id) || null;
+      // a handling the record holds is over, even when its handle_end event was missed
+      for (const row of doc.handling || []) state.busy.delete(row.message_id);
       state.error = null;
     } catch (err) {
       if (ctx.signal.aborted || mine !== generation) return;
