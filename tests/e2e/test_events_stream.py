@@ -12,7 +12,8 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
-from colony.events import BUFFER
+from colony.events import BUFFER, Interest
+from colony.livestream import dropped as dropped_frame
 from colony.testing import ColonyHarness
 from tests.api_client import Api, served
 from tests.conftest import TreeFactory, cell, hive
@@ -159,20 +160,22 @@ async def test_a_slow_watcher_is_told_what_it_lost_and_gets_it_back_from_the_rec
     api: Api,
 ) -> None:
     events = api.colony.colony.events
-    watcher = events.watch(events_interest := __import__("colony.events").events.Interest())
-    del events_interest
+    watcher = events.watch(Interest())
     traces = [await post(api) for _ in range(3)]
     await api.colony.settle()
-    assert watcher.dropped == 0
-    await watcher.next_batch()  # read up to here
-    watcher.limit = 1  # then it stops reading: its buffer is full at once
+    read, dropped = await watcher.next_batch()  # it read up to here
+    assert dropped == 0
+    assert {e.data["trace_id"] for e in read} >= set(traces)
+    resume_from = read[-1].id
+    watcher.limit = 0  # then it stopped reading: its buffer is full
+    await asyncio.sleep(0.005)  # (the resumption point's millisecond is over)
     more = [await post(api) for _ in range(3)]
     await api.colony.settle()
     batch, dropped = await watcher.next_batch()
     events.unwatch(watcher)
-    assert len(batch) == 1
-    assert dropped > 0
-    resume_from = batch[-1].id
+    assert batch == []
+    assert dropped == 3 * 8  # per message: 4 routes, a start and an end at /box/echo and /sink
+    assert b'"resume_from":"' + resume_from.encode() in dropped_frame(dropped, resume_from)
     async with listening(api, {"kind": "route"}, {"Last-Event-ID": resume_from}) as back:
         for trace in more:
             await back.until(lambda t=trace: back.kinds(t).count("route") == 4)
