@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -91,14 +90,17 @@ async def watched(colony: ColonyHarness, clients: int) -> Any:
     """Serve the colony's API and start ``clients`` event-stream readers; returns a stopper."""
     runner = await serve(build_app(colony.colony), "127.0.0.1", 0)
     url = f"http://127.0.0.1:{runner.addresses[0][1]}/colony/events"
-    readers = [subprocess.Popen([sys.executable, "-c", READER, url]) for _ in range(clients)]
-    while len(colony.colony.events.watchers) < clients:
+    readers = [
+        await asyncio.create_subprocess_exec(sys.executable, "-c", READER, url)
+        for _ in range(clients)
+    ]
+    while len(colony.colony.events.watchers) < clients:  # noqa: ASYNC110 (nothing to await)
         await asyncio.sleep(0.01)
 
     async def stop() -> None:
         for reader in readers:
             reader.kill()
-            reader.wait()
+            await reader.wait()
         await runner.cleanup()
 
     return stop
