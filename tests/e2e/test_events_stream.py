@@ -14,7 +14,7 @@ from httpx_sse import aconnect_sse
 
 from colony.events import BUFFER, Interest
 from colony.livestream import dropped as dropped_frame
-from colony.testing import ColonyHarness
+from colony.testing import ColonyHarness, ScriptedOpenAI, text_reply
 from tests.api_client import Api, served
 from tests.conftest import TreeFactory, cell, hive
 
@@ -266,3 +266,42 @@ async def test_a_run_is_in_flight_until_its_last_delivery_is_handled(
         await colony.settle()
         [run] = (await api.client.get("/colony/runs")).json()["runs"]
         assert run["outcome"] == "answered"
+
+
+async def test_an_llm_call_is_accounted_with_its_model_latency_and_tokens(
+    make_tree: TreeFactory,
+) -> None:
+    tree = make_tree(
+        {
+            "main/config.json": hive(
+                {"from": ".", "to": "./brain"}, {"from": "./brain", "to": "/sink"}
+            ),
+            "main/brain/config.json": cell(
+                "llm", {"provider": "openai", "model": "gpt-test", "api_key": "k"}
+            ),
+        }
+    )
+    reply = text_reply("hello", model="gpt-test-0613", prompt_tokens=21, completion_tokens=8)
+    async with (
+        ScriptedOpenAI([reply]) as model,
+        ColonyHarness(tree, capture=["/sink"], llm_base_url=model.url) as colony,
+        served(colony) as api,
+        listening(api, {"kind": "llm"}) as calls,
+    ):
+        response = await api.client.post("/messages", json={"target": "/", "body": USER})
+        trace = response.json()["trace_id"]
+        await calls.until(lambda: calls.kinds(trace) == ["llm"])
+        await colony.settle()
+        [(_, _, call)] = calls.events
+        assert (call["cell"], call["model"]) == ("/brain", "gpt-test-0613")
+        assert (call["tokens_prompt"], call["tokens_completion"]) == (21, 8)
+        assert call["latency_ms"] >= 0
+        whole = (await api.client.get("/colony/trace", params={"trace_id": trace})).json()
+        [brain] = [h for h in whole["handling"] if h["cell"] == "/brain"]
+        assert (brain["model"], brain["tokens_prompt"], brain["tokens_completion"]) == (
+            "gpt-test-0613",
+            21,
+            8,
+        )
+        [run] = (await api.client.get("/colony/runs")).json()["runs"]
+        assert (run["llm_calls"], run["tokens_prompt"], run["tokens_completion"]) == (1, 21, 8)
