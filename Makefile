@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-postgres lint bench soak install clean pictures
+.PHONY: run test test-postgres lint bench soak install clean pictures screenshots
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -76,6 +76,12 @@ pictures: $(STAMP)
 	  $(BIN)/meclaw graph --root $$t > $$t/graph.dot && \
 	  $(BIN)/graphviz-pure -Tsvg $$t/graph.dot -o $$t/graph.svg; \
 	done
+
+# The web console's pictures (docs/console/*.png, shown in docs/console.md): the demo colony
+# booted offline, each page opened in headless Chromium (Debian's chromium package, driven by
+# Playwright) and shot by bench/console_screenshots.py.
+screenshots: $(STAMP)
+	$(BIN)/python bench/console_screenshots.py --out docs/console
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

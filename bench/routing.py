@@ -2,9 +2,11 @@
 
 The colony: a root hive, a chain of nested hives whose doors carry CEL conditions and a
 context modifier, and a capture cell at the end, so each message costs DEPTH + 2 routing
-decisions (the root transit, one transit per hive, the delivery). It runs in four modes in the
+decisions (the root transit, one transit per hive, the delivery). It runs in five modes in the
 same process — the journal (at-least-once delivery) on and off, the message log on and off,
-one sender or fifty at once (the journal's group commit) — next to the floor: the same number
+one sender or fifty at once (the journal's group commit), and with one client reading the live
+event stream (``GET /colony/events``, a separate process that reads and discards; the target:
+within 10% of the rate with none) — next to the floor: the same number
 of ``asyncio.Queue`` hand-offs between two tasks, each also evaluating the doors' condition once
 (compiled by the default CEL engine, activation built per hand-off; colony/edges.py builds one
 per set of headers, so down this chain it builds two per message, not five), since no router
@@ -20,6 +22,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +31,7 @@ from typing import Any
 from _loops import add_loop_argument, per_loop
 from _table import record
 
+from colony.api import build_app, serve
 from colony.expressions import JsonValue, default_engine
 from colony.testing import ColonyHarness
 
@@ -36,6 +40,14 @@ TARGET = 5.0
 """The issue's target: a routing decision costs at most this many floors."""
 RATE_TARGET = 20_000
 """Decisions per second with the journal and the message log on (one sender)."""
+WATCHED_TARGET = 0.90
+"""With one client on the event stream, at least this share of the rate with none."""
+READER = (
+    "import sys, urllib.request\n"
+    "with urllib.request.urlopen(sys.argv[1]) as r:\n"
+    "    while r.read(65536): pass\n"
+)
+"""The event-stream client: reads every byte and throws it away, in a process of its own."""
 
 _Headers = tuple[dict[str, JsonValue], dict[str, JsonValue]]
 """(hop, context), what the floor hands over."""
@@ -74,8 +86,28 @@ def build_tree(root: Path, depth: int) -> Path:
     return root
 
 
+async def watched(colony: ColonyHarness, clients: int) -> Any:
+    """Serve the colony's API and start ``clients`` event-stream readers; returns a stopper."""
+    runner = await serve(build_app(colony.colony), "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/colony/events"
+    readers = [
+        await asyncio.create_subprocess_exec(sys.executable, "-c", READER, url)
+        for _ in range(clients)
+    ]
+    while len(colony.colony.events.watchers) < clients:  # noqa: ASYNC110 (nothing to await)
+        await asyncio.sleep(0.01)
+
+    async def stop() -> None:
+        for reader in readers:
+            reader.kill()
+            await reader.wait()
+        await runner.cleanup()
+
+    return stop
+
+
 async def colony_rate(
-    tree: Path, messages: int, log_messages: bool, delivery: str, senders: int = 1
+    tree: Path, messages: int, log_messages: bool, delivery: str, senders: int = 1, clients: int = 0
 ) -> tuple[float, int]:
     body = {"messages": [{"origin": "user", "type": "text", "text": "ping"}]}
     async with ColonyHarness(
@@ -85,6 +117,7 @@ async def colony_rate(
         log_messages=log_messages,
         colony={"delivery": delivery},
     ) as colony:
+        stop = await watched(colony, clients) if clients else None
 
         async def sender(count: int) -> None:
             for _ in range(count):
@@ -96,6 +129,8 @@ async def colony_rate(
         elapsed = time.perf_counter() - start
         decisions = colony.colony.decisions
         assert len(colony.captured("/sink")) == messages // senders * senders
+        if stop is not None:
+            await stop()
     return decisions / elapsed, decisions
 
 
@@ -137,12 +172,13 @@ async def floor_rate(handoffs: int) -> float:
 
 
 MODES = (
-    ("journal on,  log on ", "at_least_once", True, 1),
-    ("journal on,  log on, 50 senders", "at_least_once", True, 50),
-    ("journal off, log on ", "at_most_once", True, 1),
-    ("journal off, log off", "at_most_once", False, 1),
+    ("journal on,  log on ", "at_least_once", True, 1, 0),
+    ("journal on,  log on, 1 SSE client", "at_least_once", True, 1, 1),
+    ("journal on,  log on, 50 senders", "at_least_once", True, 50, 0),
+    ("journal off, log on ", "at_most_once", True, 1, 0),
+    ("journal off, log off", "at_most_once", False, 1, 0),
 )
-"""(label, colony.json delivery, message log, concurrent senders)."""
+"""(label, colony.json delivery, message log, concurrent senders, event-stream clients)."""
 
 
 async def main(messages: int, depth: int, repeats: int, loop: str) -> None:
@@ -153,8 +189,8 @@ async def main(messages: int, depth: int, repeats: int, loop: str) -> None:
         floors: list[float] = []
         decisions = 0
         for _ in range(repeats):
-            for label, delivery, log, senders in MODES:
-                rate, decisions = await colony_rate(tree, messages, log, delivery, senders)
+            for label, delivery, log, senders, clients in MODES:
+                rate, decisions = await colony_rate(tree, messages, log, delivery, senders, clients)
                 rates[label].append(rate)
             bares.append(await queue_rate(decisions))
             floors.append(await floor_rate(decisions))
@@ -184,6 +220,21 @@ async def main(messages: int, depth: int, repeats: int, loop: str) -> None:
     journal = medians[MODES[0][0]]
     memory = medians[MODES[2][0]]
     print(f"journal cost: {memory / journal:.2f}x slower per decision with one sender")
+    share = medians[MODES[1][0]] / journal
+    verdict = "met" if share >= WATCHED_TARGET else "NOT met"
+    print(
+        f"one client on /colony/events: {share:.2f}x the rate with none "
+        f"(target >= {WATCHED_TARGET:.2f}x) -> {verdict}"
+    )
+    record(
+        "routing",
+        "decisions/s with one event-stream client, share of none",
+        share,
+        "x",
+        loop=loop,
+        target=f"≥ {WATCHED_TARGET:.2f}x",
+        met=share >= WATCHED_TARGET,
+    )
     verdict = "met" if journal >= RATE_TARGET else "NOT met"
     print(f"target: >= {RATE_TARGET:,} decisions/s with the journal and the log on -> {verdict}")
     print(f"target: a decision <= {TARGET:g}x the floor ({floor_label})")

@@ -4,7 +4,8 @@ Request → envelope or query; no routing logic here. Every error body has one s
 ``{"error": "<token>", "detail": "<what and why>"}`` (400 = unreadable, 404 = no such thing,
 422 = understood but refused, 429/503 = not now, with ``Retry-After``). Bind loopback by
 default; a non-loopback bind needs a bearer token (``--api-token-env VAR``), checked on every
-route but ``/health``. The reads are :mod:`colony.reads` with the filters of
+route but ``/health`` and the web console's static files (``/ui/``, :mod:`colony.console`).
+The reads are :mod:`colony.reads` with the filters of
 :mod:`colony.queries`, the same a cell gets by sending a message to ``/colony/<read>``; what a
 client may hold (connections, time, bytes in flight) is bounded by :mod:`colony.httpguard`.
 """
@@ -22,6 +23,7 @@ from aiohttp import web
 from colony import jsonwire, reads
 from colony.api_models import BodyRefused, post_message
 from colony.colony import Colony
+from colony.console import add_routes, is_console_path
 from colony.errors import ColonyError
 from colony.httpguard import (
     BodyTimeout,
@@ -326,7 +328,12 @@ def build_app(
 
     @web.middleware
     async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if token is not None and request.path != "/health" and not _authorized(request, token):
+        if (
+            token is not None
+            and request.path != "/health"
+            and not is_console_path(request.path)  # static files; every data call needs it
+            and not _authorized(request, token)
+        ):
             return error_response(401, "unauthorized", "send Authorization: Bearer <token>")
         problem = _query_problem(request)
         if problem is not None:
@@ -413,6 +420,7 @@ def build_app(
             return await route(colony, request)
 
         app.router.add_route(method, path, bound)
+    add_routes(app)
     return app
 
 

@@ -59,7 +59,7 @@ def recorded(source: Source, since: int, interest: Interest) -> tuple[list[Event
                 "ttl": ttl,
                 "edges": edges.split(",") if edges else [],
             }
-            found.append((at, seq, Event(f"{at}-0", "route", data)))
+            found.append((at, seq, Event(at, 0, "route", data)))
     if (wants is None or wants & {"handle_end", "llm"}) and has_handling(source):
         where, args = "started_ms + duration_ms >= ?", [since]
         if interest.trace_id is not None:
@@ -70,7 +70,7 @@ def recorded(source: Source, since: int, interest: Interest) -> tuple[list[Event
             at = h.started_ms + h.duration_ms
             for kind, data in handled_events(h):
                 data.update(kind=kind, at_ms=at)
-                found.append((at, seq, Event(f"{at}-0", kind, data)))
+                found.append((at, seq, Event(at, 0, kind, data)))
     found.sort(key=lambda item: (item[0], item[1]))
     events = [e for _, _, e in found if interest.match(e)]
     left_out = max(0, len(events) - REPLAY_MAX)

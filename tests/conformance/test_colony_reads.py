@@ -163,4 +163,6 @@ def test_validate_and_the_router_agree_on_which_colony_paths_answer(
         "/colony/trace",
         "/colony/messages",
         "/colony/dead_letters",
+        "/colony/runs",
+        "/colony/stats",
     } == ANSWERING

@@ -38,6 +38,8 @@ NOT_RUN: dict[str, str] = {
     r"^make lint\b": "CI runs it right after make test",
     r"^make bench\b": "about ten minutes; bench/ scripts are run by make bench, not the suite",
     r"^make soak\b": "the long runs (minutes); make soak, not the suite",
+    r"^make screenshots\b": "shoots docs/console/*.png in a browser; tests/e2e/test_console.py "
+    "drives the same pages",
     r"bench/\w+\.py": "a benchmark: make bench runs it",
     r"\| dot -T": "needs Graphviz installed (the --format svg line beside it draws without it)",
     r"^meclaw --root topologies/telegram-research( |$)(?!.*--validate)": "needs a Telegram token, "

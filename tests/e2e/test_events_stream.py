@@ -12,8 +12,9 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
-from colony.events import BUFFER
-from colony.testing import ColonyHarness
+from colony.events import BUFFER, Interest
+from colony.livestream import dropped as dropped_frame
+from colony.testing import ColonyHarness, ScriptedOpenAI, text_reply
 from tests.api_client import Api, served
 from tests.conftest import TreeFactory, cell, hive
 
@@ -159,20 +160,22 @@ async def test_a_slow_watcher_is_told_what_it_lost_and_gets_it_back_from_the_rec
     api: Api,
 ) -> None:
     events = api.colony.colony.events
-    watcher = events.watch(events_interest := __import__("colony.events").events.Interest())
-    del events_interest
+    watcher = events.watch(Interest())
     traces = [await post(api) for _ in range(3)]
     await api.colony.settle()
-    assert watcher.dropped == 0
-    await watcher.next_batch()  # read up to here
-    watcher.limit = 1  # then it stops reading: its buffer is full at once
+    read, dropped = await watcher.next_batch()  # it read up to here
+    assert dropped == 0
+    assert {e.data["trace_id"] for e in read} >= set(traces)
+    resume_from = read[-1].id
+    watcher.limit = 0  # then it stopped reading: its buffer is full
+    await asyncio.sleep(0.005)  # (the resumption point's millisecond is over)
     more = [await post(api) for _ in range(3)]
     await api.colony.settle()
     batch, dropped = await watcher.next_batch()
     events.unwatch(watcher)
-    assert len(batch) == 1
-    assert dropped > 0
-    resume_from = batch[-1].id
+    assert batch == []
+    assert dropped == 3 * 8  # per message: 4 routes, a start and an end at /box/echo and /sink
+    assert b'"resume_from":"' + resume_from.encode() in dropped_frame(dropped, resume_from)
     async with listening(api, {"kind": "route"}, {"Last-Event-ID": resume_from}) as back:
         for trace in more:
             await back.until(lambda t=trace: back.kinds(t).count("route") == 4)
@@ -263,3 +266,42 @@ async def test_a_run_is_in_flight_until_its_last_delivery_is_handled(
         await colony.settle()
         [run] = (await api.client.get("/colony/runs")).json()["runs"]
         assert run["outcome"] == "answered"
+
+
+async def test_an_llm_call_is_accounted_with_its_model_latency_and_tokens(
+    make_tree: TreeFactory,
+) -> None:
+    tree = make_tree(
+        {
+            "main/config.json": hive(
+                {"from": ".", "to": "./brain"}, {"from": "./brain", "to": "/sink"}
+            ),
+            "main/brain/config.json": cell(
+                "llm", {"provider": "openai", "model": "gpt-test", "api_key": "k"}
+            ),
+        }
+    )
+    reply = text_reply("hello", model="gpt-test-0613", prompt_tokens=21, completion_tokens=8)
+    async with (
+        ScriptedOpenAI([reply]) as model,
+        ColonyHarness(tree, capture=["/sink"], llm_base_url=model.url) as colony,
+        served(colony) as api,
+        listening(api, {"kind": "llm"}) as calls,
+    ):
+        response = await api.client.post("/messages", json={"target": "/", "body": USER})
+        trace = response.json()["trace_id"]
+        await calls.until(lambda: calls.kinds(trace) == ["llm"])
+        await colony.settle()
+        [(_, _, call)] = calls.events
+        assert (call["cell"], call["model"]) == ("/brain", "gpt-test-0613")
+        assert (call["tokens_prompt"], call["tokens_completion"]) == (21, 8)
+        assert call["latency_ms"] >= 0
+        whole = (await api.client.get("/colony/trace", params={"trace_id": trace})).json()
+        [brain] = [h for h in whole["handling"] if h["cell"] == "/brain"]
+        assert (brain["model"], brain["tokens_prompt"], brain["tokens_completion"]) == (
+            "gpt-test-0613",
+            21,
+            8,
+        )
+        [run] = (await api.client.get("/colony/runs")).json()["runs"]
+        assert (run["llm_calls"], run["tokens_prompt"], run["tokens_completion"]) == (1, 21, 8)

@@ -38,6 +38,7 @@ OPERATIONS = [
     for path, item in OPENAPI["paths"].items()
     for method in item
     if method in ("get", "post", "put", "patch", "delete")
+    and path != "/colony/events"  # it never ends: test_any_event_filters_open_a_stream_or_are_a_400
 ]
 
 texts = st.text(st.characters(codec="utf-8"), max_size=12)
@@ -233,3 +234,22 @@ async def test_a_since_beyond_int64_is_a_400_not_a_500(api: Api, path: str, meth
     response = await api.client.request(method.upper(), path, params={"since": str(2**63)})
     assert response.status_code == 400, response.text
     assert response.json()["error"] == "bad_query"
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+async def test_any_event_filters_open_a_stream_or_are_a_400(api: Api, data: st.DataObject) -> None:
+    names = st.sampled_from(["trace_id", "cell", "kind", "colour"])
+    params = data.draw(st.dictionaries(names, texts | st.just("route,handle_end"), max_size=3))
+    ids = st.from_regex(r"[0-9A-Za-z\-]{1,24}", fullmatch=True)  # what a header may carry
+    headers = data.draw(st.dictionaries(st.just("Last-Event-ID"), ids, max_size=1))
+    async with api.client.stream(
+        "GET", "/colony/events", params=params, headers=headers
+    ) as response:
+        if response.status_code == 200:
+            assert response.headers["Content-Type"].startswith("text/event-stream")
+        else:
+            await response.aread()
+            assert (response.status_code, response.json()["error"]) == (400, "bad_query")

@@ -265,3 +265,68 @@ def test_a_colony_db_of_an_unknown_schema_version_is_refused_naming_the_versions
     assert "reads 2" in problem
     with pytest.raises(ColonyDbError, match="schema_version 9"):
         ColonyDb(path)
+
+
+def _before_hop_timing(path: Path) -> None:
+    """Make ``path`` what a daemon wrote before the message log had ``at_ms`` and ``edges``,
+    dead letters ``at_ms``, and before the ``handling`` table."""
+    ColonyDb(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP VIEW message_log")
+        for table in ("message_log_indexed", "message_log_recent"):
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN at_ms")
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN edges")
+        names = "seq, id, trace_id, parent_message_id, correlation_id, ttl, from_path, to_path, "
+        names += "reply_to, headers, body_kind, body_payload, created_at"
+        conn.execute(
+            f"CREATE VIEW message_log AS SELECT {names} FROM message_log_indexed "
+            f"UNION ALL SELECT {names} FROM message_log_recent"
+        )
+        conn.execute("DROP TABLE handling")
+        conn.execute("ALTER TABLE dead_letters DROP COLUMN at_ms")
+        for seq, row in enumerate(_chain(2), 1):
+            m = row.message
+            conn.execute(
+                f"INSERT INTO message_log_recent({names}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    seq,
+                    m.id,
+                    m.trace_id,
+                    m.parent_message_id,
+                    None,
+                    row.ttl,
+                    row.from_path,
+                    row.to_path,
+                    None,
+                    '{"context": {}, "hop": {}}',
+                    "inline",
+                    "{}",
+                    m.created_at,
+                ),
+            )
+
+
+async def test_a_colony_db_from_before_hop_timing_gains_it_and_its_old_rows_read_without(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "colony.db"
+    _before_hop_timing(path)
+    old = read_log(Source.sqlite(path))  # a reader copes before any daemon upgraded the file
+    assert [row.at_ms for row in old] == [None, None, None]
+    db = ColonyDb(path)
+    try:
+        added = [
+            LogRow(row.message, row.from_path, row.to_path, row.ttl, 1_700_000_000_123, ("/#0",))
+            for row in _chain(1)
+        ]
+        await db.commit(Unit(logs=added))
+        after = await db.message_log()
+    finally:
+        db.close()
+    assert after[:3] == old
+    assert [(row.at_ms, row.edges) for row in after[3:]] == [(1_700_000_000_123, ("/#0",))] * 2
+    with sqlite3.connect(path) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        letters = {r[1] for r in conn.execute("PRAGMA table_info(dead_letters)")}
+    assert "handling" in tables
+    assert "at_ms" in letters
