@@ -28,10 +28,10 @@ from rich.tree import Tree
 
 from colony.failures import error_code, error_text, one_line
 from colony.persist.records import DeadLetterRow, read_trace_dead_letters
-from colony.persist.schema import HANDLING_COLUMNS, HANDLING_SELECT
 from colony.persist.source import Source
 from colony.queries import LIMIT_MAX, TraceFilters
 from colony.reads import select_trace
+from colony.runs import select_handling
 from colony.watch import OUTCOME_STYLES, tokens
 
 Row = Mapping[str, Any]
@@ -76,22 +76,10 @@ def read_trace(source: Source, trace_id: str) -> TraceRecord:
     return TraceRecord(
         trace_id,
         hops,
-        read_handling(source, trace_id),
+        select_handling(source, trace_id),  # none from a database older than the table
         letters,
         truncated=len(hops) >= LIMIT_MAX,
     )
-
-
-def read_handling(source: Source, trace_id: str) -> list[dict[str, Any]]:
-    """The ``handling`` rows of a trace, oldest first; none from a database that predates the
-    table."""
-    with source.connect() as session:
-        have = {r[0] for r in session.execute(source.dialect.columns, ("handling",)).fetchall()}
-        if not have:
-            return []
-        sql = f"SELECT {HANDLING_SELECT} FROM handling WHERE trace_id = ? ORDER BY seq"
-        rows = session.execute(sql, (trace_id,)).fetchall()
-    return [dict(zip(HANDLING_COLUMNS, row, strict=True)) for row in rows]
 
 
 def _letter_fields(letter: DeadLetterRow) -> dict[str, Any]:

@@ -21,9 +21,9 @@ from colony.persist.pg.db import PgDb
 from colony.traceview import (
     TraceRecord,
     plain_lines,
-    read_handling,
     read_trace,
     trace_json,
+    trace_lines,
     trace_tree,
 )
 from tests.pg import PgSchema
@@ -273,12 +273,15 @@ def test_the_json_form_has_the_shape_of_the_http_read_without_stored_messages() 
     assert "message" not in doc["dead_letters"][0]
 
 
-def test_a_database_without_the_handling_table_reads_no_handling_rows(tmp_path: Path) -> None:
+def test_a_database_without_the_handling_table_draws_its_hops(tmp_path: Path) -> None:
     db = ColonyDb(tmp_path / "colony.db")
     try:
+        first = source_message("/box", {"messages": []})
+        db.write([LogRow(first, "@external", "/box", 8, 7_000)])
+        db.close()
         with db.source.connect(write=True) as session:
-            session.execute("DROP TABLE IF EXISTS handling")
-        assert read_handling(db.source, TRACE) == []
+            session.execute("DROP TABLE handling")
+        assert trace_lines(db.source, first.trace_id)[1:] == ["└── @external → /box  ttl 8  +0 ms"]
     finally:
         db.close()
 
