@@ -527,11 +527,27 @@ def revive(
 
 
 @app.command("demo")
-def demo() -> None:
+def demo(
+    api: Annotated[
+        str | None,
+        typer.Option(
+            "--api",
+            help="Serve the HTTP API and web console at HOST:PORT (loopback) while it runs; "
+            "`meclaw watch --api http://HOST:PORT` shows the routing from another terminal.",
+        ),
+    ] = None,
+    hold: Annotated[
+        bool,
+        typer.Option(
+            "--hold", help="Keep running after the answer: each line typed is a new question."
+        ),
+    ] = False,
+) -> None:
     """Run the research bot offline: Telegram, the model and search are scripted on 127.0.0.1."""
     from colony.demo import main as run_demo
 
-    raise typer.Exit(run_demo())
+    address, _ = _api_address(api, None)
+    raise typer.Exit(run_demo(address, hold))
 
 
 class GraphFormat(StrEnum):

@@ -5,8 +5,14 @@ replaced by a scripted server on 127.0.0.1 that speaks the real wire protocol: T
 API (:class:`ScriptedTelegram`), an OpenAI-compatible model (:class:`ScriptedOpenAI`, playing a
 planner that asks for two tools at once for two rounds, then answers) and a search engine with
 its web pages (:class:`ScriptedSearch` over ``fixtures/search-corpus.json``). One chat message is
-pushed in; every routing decision is printed as it is logged; the answer that reached the chat is
-printed on a line beginning ``answer:``, then the dead-letter count.
+pushed in; every routing decision is printed as it happens, from the colony's live events and
+in ``meclaw watch``'s words; the answer that reached the chat is printed on a line beginning
+``answer:``, then the dead-letter count.
+
+With ``--api HOST:PORT`` the demo serves its HTTP API and web console there (``meclaw watch
+--api http://HOST:PORT`` shows the same routing from another terminal); with ``--hold`` it
+keeps running after the first answer and takes each line typed on stdin as a new question in
+the chat, until end of input or Ctrl-C.
 
 Nothing is mocked inside the colony: the proxy long-polls, the planner posts HTTP, the searcher
 and reader fetch over sockets, the collector's store is a real SQLite file. The demo runs a copy
@@ -25,11 +31,14 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from colony.persist.records import MessageLogEntry
+from rich.console import Console
+
+from colony.api import build_app, serve
+from colony.events import Interest
 from colony.testing import (
     ColonyHarness,
     ScriptedOpenAI,
@@ -37,6 +46,7 @@ from colony.testing import (
     text_reply,
     tool_calls_reply,
 )
+from colony.watch import event_line
 from scripted.search import ScriptedSearch
 
 TOPOLOGY = Path(__file__).resolve().parent.parent / "topologies" / "telegram-research"
@@ -95,38 +105,72 @@ def planner_script(page_urls: list[str]) -> list[Any]:
     ]
 
 
-def _hop_line(n: int, started: float, row: MessageLogEntry) -> str:
-    elapsed = time.monotonic() - started
-    return f"  {n:>3}  {elapsed:5.2f}s  {row.from_path:<20} -> {row.to_path:<20} ttl {row.ttl}"
+def planner(page_urls: list[str]) -> Callable[[Any], Any]:
+    """:func:`planner_script`, decided from each request alone (the rounds since the chat's
+    last question), so the planner answers every question a held demo is asked."""
+    script = planner_script(page_urls)
+
+    def respond(body: Any) -> Any:
+        turns = body.get("messages", []) if isinstance(body, dict) else []
+        asked = max((n for n, t in enumerate(turns) if t.get("role") == "user"), default=-1)
+        rounds = sum(1 for t in turns[asked + 1 :] if t.get("role") == "assistant")
+        return script[min(rounds, len(script) - 1)]
+
+    return respond
 
 
-async def _follow(colony: ColonyHarness, out: TextIO, started: float, done: asyncio.Event) -> int:
-    """Print each routing decision as it reaches the message log; returns how many."""
-    shown = 0
-    while True:
-        finished = done.is_set()
-        await colony.colony.db.flush()
-        rows = await colony.message_log()
-        for row in rows[shown:]:
-            shown += 1
-            out.write(_hop_line(shown, started, row) + "\n")
-        out.flush()
-        if finished:
-            return shown
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(done.wait(), timeout=0.1)
+SHOWN = frozenset({"route", "llm", "dead_letter"})
+"""The events the demo prints (``meclaw watch`` prints each cell's start and end too)."""
 
 
-async def run_demo(out: TextIO = sys.stdout, *, timeout: float = 60) -> int:  # noqa: ASYNC109
-    """The whole demo; 0 when the answer reached the chat and nothing was dead-lettered."""
+class Follower:
+    """Prints the colony's routing as it happens, from its live events, each line as
+    ``meclaw watch`` prints it."""
+
+    def __init__(self, colony: ColonyHarness, out: TextIO) -> None:
+        self.watcher = colony.colony.events.watch(Interest(kinds=SHOWN))
+        self.console = Console(file=out, highlight=False, soft_wrap=True)
+        self.started_ms = time.time_ns() // 1_000_000
+        self.decisions = 0
+
+    async def run(self) -> None:
+        while not self.watcher.closed:
+            events, _ = await self.watcher.next_batch()
+            for event in events:
+                self.decisions += event.kind == "route"
+                self.console.print(event_line(event.data, self.started_ms))
+
+    def flush(self) -> None:
+        """Print what is waiting now (the colony has settled: nothing more is coming)."""
+        events, _ = self.watcher.take()
+        for event in events:
+            self.decisions += event.kind == "route"
+            self.console.print(event_line(event.data, self.started_ms))
+
+
+async def run_demo(
+    out: TextIO = sys.stdout,
+    *,
+    timeout: float = 60,  # noqa: ASYNC109
+    api: tuple[str, int] | None = None,
+    hold: bool = False,
+) -> int:
+    """The whole demo; 0 when the answer reached the chat and nothing was dead-lettered.
+    ``api``: serve the HTTP API and console there; ``hold``: go on with questions from stdin."""
     with tempfile.TemporaryDirectory(prefix="meclaw-demo-") as scratch:
-        return await _run(Path(scratch), out, timeout)
+        return await _run(Path(scratch), out, timeout, api, hold)
 
 
-async def _run(scratch: Path, out: TextIO, timeout: float) -> int:  # noqa: ASYNC109
+async def _run(
+    scratch: Path,
+    out: TextIO,
+    timeout: float,  # noqa: ASYNC109
+    api: tuple[str, int] | None,
+    hold: bool,
+) -> int:
     async with ScriptedSearch() as search, ScriptedTelegram(known_chats=(CHAT_ID,)) as telegram:
         pages = [search.page_url(path) for path in PAGES]
-        async with ScriptedOpenAI(planner_script(pages)) as model:
+        async with ScriptedOpenAI([], responder=planner(pages)) as model:
             env = {
                 "TELEGRAM_BOT_TOKEN": telegram.token,
                 "TELEGRAM_BASE_URL": telegram.url,
@@ -141,20 +185,29 @@ async def _run(scratch: Path, out: TextIO, timeout: float) -> int:  # noqa: ASYN
             )
             tree = offline_tree(scratch)
             async with ColonyHarness(tree, env=env, log_level="info", workdir=scratch) as colony:
-                out.write(
-                    f"\nchat {CHAT_ID} says: {QUESTION}\n\nrouting decisions as they happen:\n"
-                )
-                out.write(f"  {'#':>3}  {'time':>6}  {'from':<20}    {'to':<20} ttl\n")
+                server = None
+                if api is not None:
+                    server = await serve(build_app(colony.colony), *api)
+                    url = f"http://{api[0]}:{server.addresses[0][1]}"
+                    out.write(
+                        f"API and web console: {url}/ui/\nwatch it from another terminal: "
+                        f"meclaw watch --api {url}\n"
+                    )
+                out.write(f"\nchat {CHAT_ID} says: {QUESTION}\n\nrouting as it happens:\n")
+                out.flush()
                 started = time.monotonic()
-                done = asyncio.Event()
-                follower = asyncio.create_task(_follow(colony, out, started, done))
+                follower = Follower(colony, out)
+                following = asyncio.create_task(follower.run())
                 telegram.push_text(CHAT_ID, QUESTION)
                 try:
                     await telegram.wait_sent(1, timeout=timeout)
                     await colony.settle(timeout=timeout)
                 finally:
-                    done.set()
-                    decisions = await follower
+                    following.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await following
+                    follower.flush()
+                decisions = follower.decisions
                 letters = await colony.dead_letters()
                 answer = telegram.sent[0]["text"] if telegram.sent else None
                 out.write(
@@ -168,6 +221,10 @@ async def _run(scratch: Path, out: TextIO, timeout: float) -> int:  # noqa: ASYN
                     out.write(
                         f"  {letter.error_code}: {letter.sender_path} -> {letter.original_target}\n"
                     )
+                if hold:
+                    await _hold(colony, telegram, follower, out, timeout)
+                if server is not None:
+                    await server.cleanup()
     out.write(
         "\nTo run it for real: cp topologies/telegram-research/.env.example "
         "topologies/telegram-research/.env,\nfill in the Telegram token, the model key and a "
@@ -176,9 +233,38 @@ async def _run(scratch: Path, out: TextIO, timeout: float) -> int:  # noqa: ASYN
     return 0 if answer == ANSWER and not letters else 1
 
 
-def main() -> int:
+async def _hold(
+    colony: ColonyHarness,
+    telegram: ScriptedTelegram,
+    follower: Follower,
+    out: TextIO,
+    timeout: float,  # noqa: ASYNC109
+) -> None:
+    """Each line typed on stdin is a new question in the chat, answered as the first was."""
+    out.write("\nask more: type a question and press Enter (end of input or Ctrl-C stops)\n")
+    out.flush()
+    loop = asyncio.get_running_loop()
+    following = asyncio.create_task(follower.run())
     try:
-        return asyncio.run(run_demo())
+        while line := await loop.run_in_executor(None, sys.stdin.readline):
+            question = line.strip()
+            if not question:
+                continue
+            asked = len(telegram.sent)
+            telegram.push_text(CHAT_ID, question)
+            await telegram.wait_sent(asked + 1, timeout=timeout)
+            await colony.settle(timeout=timeout)
+            out.write(f"answer: {telegram.sent[-1]['text']}\n")
+            out.flush()
+    finally:
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
+
+
+def main(api: tuple[str, int] | None = None, hold: bool = False) -> int:
+    try:
+        return asyncio.run(run_demo(api=api, hold=hold))
     except KeyboardInterrupt:
         return 130
 

@@ -80,7 +80,7 @@ _READ_ANSWERS: dict[str, dict[str, Any]] = {
     "stats": {
         "stats": {
             "type": "object",
-            "required": ["decisions", "dead_letters", "uptime_s", "series"],
+            "required": ["decisions", "dead_letters", "uptime_s", "watchers", "series"],
         }
     },
 }

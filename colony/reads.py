@@ -156,6 +156,7 @@ def stats(colony: Colony) -> dict[str, Any]:
             "decisions": rates.decisions,
             "dead_letters": rates.dead_letters,
             "uptime_s": round(time.time() - rates.started, 3),
+            "watchers": len(colony.events.watchers),
             "series": rates.series(),
         }
     }
