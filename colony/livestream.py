@@ -21,7 +21,7 @@ from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
 
 from colony.eventlog import recorded, since_ms
-from colony.events import KINDS, Event, Interest, Watcher
+from colony.events import KINDS, Event, FrameWatcher, Interest
 from colony.queries import EventsFilters
 
 PING_S = 15.0
@@ -50,7 +50,7 @@ def interest_of(f: EventsFilters) -> Interest:
 
 async def stream(request: web.Request, colony: Colony, interest: Interest) -> web.StreamResponse:
     """Stream until the client goes, the daemon stops, or a send times out."""
-    watcher = colony.events.watch(interest)  # first: nothing falls between replay and live
+    watcher = colony.events.watch_frames(interest)  # first: nothing falls between replay and live
     try:
         async with sse_response(
             request, ping_interval=PING_S, send_timeout=SEND_TIMEOUT_S
@@ -66,7 +66,7 @@ async def _serve(
     request: web.Request,
     response: EventSourceResponse,
     colony: Colony,
-    watcher: Watcher,
+    watcher: FrameWatcher,
     interest: Interest,
 ) -> None:
     # aiohttp holds the headers back until the first bytes of the body: a comment (what
@@ -85,18 +85,17 @@ async def _serve(
     gone = asyncio.ensure_future(response.wait())  # the pings found the client gone
     try:
         while not watcher.closed:
-            batch = asyncio.ensure_future(watcher.next_batch())
+            batch = asyncio.ensure_future(watcher.next_frames())
             await asyncio.wait({batch, gone}, return_when=asyncio.FIRST_COMPLETED)
             if not batch.done():
                 batch.cancel()
                 return
             await asyncio.sleep(GATHER_S)
-            events, lost = batch.result()
-            more, later = watcher.take()
-            events += more
+            frames, lost, _ = batch.result()
+            more, later, newest = watcher.take_frames()
+            frames += more
             lost += later
-            frames = [event.frame for event in events]
-            last = events[-1].id if events else last
+            last = newest or last
             if lost:
                 frames.append(dropped(lost, last))
             await _write(request, response, frames)
