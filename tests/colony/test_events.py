@@ -8,7 +8,7 @@ from colony.effects import Effects, LogRow
 from colony.envelope import follow_up, source_message
 from colony.events import Event, Events, Interest
 
-BODY = {"messages": []}
+BODY: dict[str, list[object]] = {"messages": []}
 
 
 def hand_off(hops: int, to: str = "/h") -> Effects:
