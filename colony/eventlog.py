@@ -18,6 +18,8 @@ from colony.persist.schema import HANDLING_SELECT
 from colony.persist.source import Source
 from colony.runs import has_handling
 
+LONGEST_MS = 3_600_000
+"""A handling longer than an hour that ended after the resumption point is not sent again."""
 REPLAY_MAX = 10_000
 """The most events a resumption reads back; a watcher further behind starts from the newest
 of them (and is told how many were left out)."""
@@ -61,16 +63,21 @@ def recorded(source: Source, since: int, interest: Interest) -> tuple[list[Event
             }
             found.append((at, seq, Event(at, 0, "route", data)))
     if (wants is None or wants & {"handle_end", "llm"}) and has_handling(source):
-        where, args = "started_ms + duration_ms >= ?", [since]
+        # (started_ms is indexed; a handling that ended after ``since`` began at most
+        # LONGEST_MS before it)
+        where = "started_ms >= ? AND started_ms + duration_ms >= ?"
+        args = [since - LONGEST_MS, since]
         if interest.trace_id is not None:
             where, args = where + " AND trace_id = ?", [*args, interest.trace_id]
-        sql = f"SELECT seq, {HANDLING_SELECT} FROM handling WHERE {where} ORDER BY seq DESC LIMIT ?"
-        for seq, *row in source.select(sql, [*args, REPLAY_MAX + 1]):
+        sql = (
+            f"SELECT {HANDLING_SELECT} FROM handling WHERE {where} ORDER BY started_ms DESC LIMIT ?"
+        )
+        for order, row in enumerate(source.select(sql, [*args, REPLAY_MAX + 1])):
             h = Handled(*row)
             at = h.started_ms + h.duration_ms
             for kind, data in handled_events(h):
                 data.update(kind=kind, at_ms=at)
-                found.append((at, seq, Event(at, 0, kind, data)))
+                found.append((at, -order, Event(at, 0, kind, data)))
     found.sort(key=lambda item: (item[0], item[1]))
     events = [e for _, _, e in found if interest.match(e)]
     left_out = max(0, len(events) - REPLAY_MAX)

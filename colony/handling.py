@@ -66,20 +66,23 @@ def handled(
 def _outputs(
     outputs: Sequence[Output],
 ) -> tuple[str, str | None, tuple[str, int | None, int | None, int | None] | None]:
+    # On every hand-off: only the header is looked at, and the body only for an error's text
+    # or an LLM call's latency (no copy of it is made).
     kind, error, llm = "ok", None, None
     for output in outputs:
         content = output.content if isinstance(output, Emission) else output
-        if not isinstance(content, dict) or "header" not in content:
+        hop = content.get("header") if isinstance(content, dict) else None
+        if not isinstance(hop, dict):
             continue
-        hop, body = split_content(content)
-        code = error_code(hop)
-        if code is not None and kind == "ok":
+        if kind == "ok" and hop.get("finish_reason") == "error":
+            code = error_code(hop)
+            _, body = split_content(content)
             kind, error = "error", f"{code}: {error_text(body) or '(no error text)'}"
-        if llm is None and isinstance(hop.get("model"), str):
+        if llm is None and "model" in hop and isinstance(hop["model"], str):
             prompt = _count(hop.get("tokens_prompt", hop.get("tokens_input")))
             completion = _count(hop.get("tokens_completion"))
             if prompt is not None or completion is not None:
-                meta = body.get("meta")
+                meta = content.get("meta")
                 latency = _count(meta.get("latency_ms")) if isinstance(meta, dict) else None
                 llm = (hop["model"], latency, prompt, completion)
     return kind, error, llm

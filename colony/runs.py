@@ -27,15 +27,17 @@ def has_handling(source: Source) -> bool:
     and no daemon has opened since has not)."""
     if source.path is None:
         return True
-    rows = source.select("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'handling'")
-    return bool(rows)
+    return bool(source.select("SELECT 1 FROM sqlite_master WHERE name = 'handling'"))
 
 
 def select_handling(source: Source, trace_id: str) -> list[dict[str, Any]]:
-    """The ``handling`` rows of a trace, in the order they were written."""
+    """The ``handling`` rows of a trace, in the order the handlings began."""
     if not has_handling(source):
         return []
-    sql = f"SELECT {HANDLING_SELECT} FROM handling WHERE trace_id = ? ORDER BY seq"
+    sql = (
+        f"SELECT {HANDLING_SELECT} FROM handling WHERE trace_id = ? "
+        "ORDER BY started_ms, duration_ms"
+    )
     return [dict(zip(HANDLING_COLUMNS, r, strict=True)) for r in source.select(sql, [trace_id])]
 
 

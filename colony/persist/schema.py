@@ -14,6 +14,12 @@ them leaves ``message_id`` NULL; readers then take it from the envelope. In a ne
 stored after a 5 MB body costs a walk of its overflow pages (listing 100 such letters took
 0.11 s with the body in the middle, 1 ms with it last); an older file keeps its order.
 
+``handling`` (one row per message a cell finished handling: when, how long, how it ended, an
+LLM call's model, latency and tokens) is a view over a staged and an indexed table in the same
+way, moved together with the message log: its rows arrive scattered across traces, and an
+indexed table written per hand-off cost a tool-loop turn 8% (measured). Its rows are ordered
+by ``started_ms``.
+
 The message log is the view ``message_log`` over two tables with the same columns: the writer
 appends each unit's rows to ``message_log_recent``, which has no index, and moves them in bulk
 into ``message_log_indexed`` (five indexes) once a thousand or so have gathered (see
@@ -111,9 +117,16 @@ CREATE TABLE IF NOT EXISTS ingress_keys (
     trace_id TEXT NOT NULL,
     created_at INTEGER NOT NULL
 );
-CREATE TABLE IF NOT EXISTS handling (
+CREATE TABLE IF NOT EXISTS handling_indexed (
 {handling_columns});
-CREATE INDEX IF NOT EXISTS handling_trace ON handling(trace_id);
+CREATE INDEX IF NOT EXISTS handling_trace ON handling_indexed(trace_id);
+CREATE INDEX IF NOT EXISTS handling_started ON handling_indexed(started_ms);
+CREATE TABLE IF NOT EXISTS handling_recent (
+{handling_columns});
+CREATE VIEW IF NOT EXISTS handling AS
+    SELECT {handling_names} FROM handling_indexed
+    UNION ALL
+    SELECT {handling_names} FROM handling_recent;
 """
 _MESSAGE_LOG_TABLE = """\
     seq INTEGER PRIMARY KEY,
@@ -206,7 +219,6 @@ an LLM call its model, latency and tokens) in the one order every insert and sel
 HANDLING_SELECT = ", ".join(HANDLING_COLUMNS)
 
 _HANDLING_TABLE = """\
-    seq INTEGER PRIMARY KEY,
     message_id TEXT NOT NULL,
     trace_id TEXT NOT NULL,
     cell TEXT NOT NULL,
@@ -225,6 +237,7 @@ DDL = _DDL.format(
     message_log_columns=_MESSAGE_LOG_TABLE,
     message_log_names="seq, " + MESSAGE_LOG_SELECT,
     handling_columns=_HANDLING_TABLE,
+    handling_names=HANDLING_SELECT,
 )
 """Every table, index and view of ``colony.db`` (schema version :data:`SCHEMA_VERSION`)."""
 

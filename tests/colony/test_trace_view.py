@@ -280,7 +280,7 @@ def test_a_database_without_the_handling_table_draws_its_hops(tmp_path: Path) ->
         db.write([LogRow(first, "@external", "/box", 8, 7_000)])
         db.close()
         with db.source.connect(write=True) as session:
-            session.execute("DROP TABLE handling")
+            session.execute("DROP VIEW handling")
         assert trace_lines(db.source, first.trace_id)[1:] == ["└── @external → /box  ttl 8  +0 ms"]
     finally:
         db.close()
