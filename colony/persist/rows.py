@@ -25,7 +25,11 @@ from colony.persist.schema import (
 
 _LOG_MARKS = ",".join("?" * len(MESSAGE_LOG_COLUMNS))
 _HANDLING = (
-    f"INSERT INTO handling({HANDLING_SELECT}) VALUES ({','.join('?' * len(HANDLING_COLUMNS))})"
+    f"INSERT INTO handling_recent({HANDLING_SELECT}) "
+    f"VALUES ({','.join('?' * len(HANDLING_COLUMNS))})"
+)
+_HANDLING_MOVE = (
+    f"INSERT INTO handling_indexed({HANDLING_SELECT}) SELECT {HANDLING_SELECT} FROM handling_recent"
 )
 
 LOG_MOVE_ROWS = 1024
@@ -316,6 +320,10 @@ def stage_log(conn: sqlite3.Connection, logs: list[tuple[Any, ...]]) -> None:
     if oldest is not None and first + len(logs) - oldest >= LOG_MOVE_ROWS:
         conn.execute(_MOVE)
         conn.execute("DELETE FROM message_log_recent")
+        # The handling rows staged meanwhile go with them (each handling follows a routing
+        # decision, so they never gather for long without the log moving).
+        conn.execute(_HANDLING_MOVE)
+        conn.execute("DELETE FROM handling_recent")
 
 
 def letter_row(item: DeadLetter) -> tuple[Any, ...]:
