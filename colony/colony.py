@@ -75,7 +75,7 @@ class Colony:
             ttl_notice=config.ttl_notice,
             record=log_messages,
         )
-        self.journal = Journal(db, durable=config.delivery == "at_least_once")
+        self.journal = Journal(db, durable=config.delivery == "at_least_once", record=log_messages)
         self.in_flight = InFlightMessages()
         self.decisions = 0
         """Routing decisions taken so far (each one costs a message one TTL unit)."""

@@ -92,10 +92,12 @@ class Ack:
 class Journal:
     """Commits hand-offs into ``colony.db`` (see the module docstring)."""
 
-    def __init__(self, db: Backend, *, durable: bool) -> None:
+    def __init__(self, db: Backend, *, durable: bool, record: bool = True) -> None:
         self.db = db
         self.durable = durable
         """At-least-once delivery: deliveries are journal rows, committed before they are put."""
+        self.record = record
+        """Keep each handling's row (``handling``), as the message log is kept: off with it."""
         self.ahead: dict[str, Mailbox] = {}
         """The mailboxes of the cells a delivery may reach before its unit is committed, by
         path (see the module docstring, "Running ahead")."""
@@ -120,10 +122,10 @@ class Journal:
         once) raises :class:`colony.persist.db.StorageUnavailable` while the storage refuses
         writes and :class:`colony.persist.db.UnitRejected` when it cannot be stored; any other
         unit waits until it can be written."""
+        handled = effects.handled if self.record else None
         if not self.durable:
-            if effects.logs or effects.letters or effects.handled:
-                handled = [] if effects.handled is None else [effects.handled]
-                self.db.write([*effects.logs, *effects.letters, *handled])
+            if effects.logs or effects.letters or handled:
+                self.db.write([*effects.logs, *effects.letters, *([handled] if handled else [])])
             return "applied"
         if ack is None and key is None and not effects:
             return "applied"
@@ -135,7 +137,7 @@ class Journal:
             deliveries=effects.deliveries,
             message=message,
             fail_fast=fail_fast,
-            handled=effects.handled,
+            handled=handled,
         )
         if ack is not None and self._unawaited < UNAWAITED_MAX and self._may_run_ahead(effects):
             # Nothing waits on this commit: the writer applies units in order, so a later

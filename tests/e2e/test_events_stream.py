@@ -305,3 +305,27 @@ async def test_an_llm_call_is_accounted_with_its_model_latency_and_tokens(
         )
         [run] = (await api.client.get("/colony/runs")).json()["runs"]
         assert (run["llm_calls"], run["tokens_prompt"], run["tokens_completion"]) == (1, 21, 8)
+
+
+async def test_with_the_message_log_off_handlings_are_not_kept_but_still_stream(
+    make_tree: TreeFactory,
+) -> None:
+    tree = make_tree(
+        {
+            "main/config.json": hive(
+                {"from": ".", "to": "./echo"}, {"from": "./echo", "to": "/sink"}
+            ),
+            "main/echo/config.json": cell("code", {"script_inline": ECHO}),
+        }
+    )
+    async with (
+        ColonyHarness(tree, capture=["/sink"], log_messages=False) as colony,
+        served(colony) as api,
+        listening(api, {"kind": "handle_end"}) as ends,
+    ):
+        response = await api.client.post("/messages", json={"target": "/", "body": USER})
+        trace = response.json()["trace_id"]
+        await ends.until(lambda: ends.kinds(trace) == ["handle_end", "handle_end"])
+        await colony.settle()
+        whole = (await api.client.get("/colony/trace", params={"trace_id": trace})).json()
+        assert (whole["trace"], whole["handling"]) == ([], [])
