@@ -635,7 +635,7 @@ def _profile(turns: int, warmup: int) -> str:
     profiler = cProfile.Profile()
     profiler.runcall(asyncio.run, _run_ours(turns, warmup))
     out = io.StringIO()
-    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(int(os.environ.get("PROFILE_ROWS", "15")))
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(15)
     return out.getvalue()
 
 
