@@ -221,10 +221,12 @@ async def _run(
                     out.write(
                         f"  {letter.error_code}: {letter.sender_path} -> {letter.original_target}\n"
                     )
-                if hold:
-                    await _hold(colony, telegram, follower, out, timeout)
-                if server is not None:
-                    await server.cleanup()
+                try:
+                    if hold:
+                        await _hold(colony, telegram, follower, out, timeout)
+                finally:
+                    if server is not None:
+                        await server.cleanup()
     out.write(
         "\nTo run it for real: cp topologies/telegram-research/.env.example "
         "topologies/telegram-research/.env,\nfill in the Telegram token, the model key and a "
@@ -267,6 +269,14 @@ def main(api: tuple[str, int] | None = None, hold: bool = False) -> int:
         return asyncio.run(run_demo(api=api, hold=hold))
     except KeyboardInterrupt:
         return 130
+    except TimeoutError:
+        sys.stderr.write(
+            "meclaw demo: no answer reached the chat in time; the colony's log says why\n"
+        )
+        return 1
+    except OSError as exc:  # --api on an address in use, say
+        sys.stderr.write(f"meclaw demo: {exc}\n")
+        return 1
 
 
 if __name__ == "__main__":

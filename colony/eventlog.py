@@ -25,6 +25,16 @@ REPLAY_MAX = 10_000
 of them (and is told how many were left out)."""
 
 
+def _under(prefix: str, column: str) -> tuple[str, list[str]]:
+    """SQL for ``column`` in the subtree ``prefix`` (as :class:`Interest` matches a cell), so
+    the filter is applied before the limit, not after it. ``/`` and ``0`` are neighbours in
+    code-point order: ``[p/, p0)`` is every path under ``p``."""
+    if prefix in ("", "/"):
+        return "1 = 1", []
+    base = prefix.rstrip("/")
+    return f"({column} = ? OR ({column} >= ? AND {column} < ?))", [base, base + "/", base + "0"]
+
+
 def since_ms(last_event_id: str | None) -> int | None:
     """The millisecond an event id names (``<at_ms>-<n>``), or None for no or a foreign id."""
     if not last_event_id:
@@ -43,6 +53,11 @@ def recorded(source: Source, since: int, interest: Interest) -> tuple[list[Event
         args: list[Any] = [since]
         if interest.trace_id is not None:
             where, args = where + " AND trace_id = ?", [*args, interest.trace_id]
+        if interest.cell is not None:
+            text = source.dialect.text  # code-point order on either engine
+            to, to_args = _under(interest.cell, text("to_path"))
+            sender, from_args = _under(interest.cell, text("from_path"))
+            where, args = f"{where} AND ({to} OR {sender})", [*args, *to_args, *from_args]
         sql = (
             "SELECT seq, at_ms, trace_id, id, parent_message_id, from_path, to_path, ttl, edges "
             f"FROM message_log WHERE {where} ORDER BY seq DESC LIMIT ?"
@@ -69,6 +84,9 @@ def recorded(source: Source, since: int, interest: Interest) -> tuple[list[Event
         args = [since - LONGEST_MS, since]
         if interest.trace_id is not None:
             where, args = where + " AND trace_id = ?", [*args, interest.trace_id]
+        if interest.cell is not None:
+            cell, cell_args = _under(interest.cell, source.dialect.text("cell"))
+            where, args = f"{where} AND {cell}", [*args, *cell_args]
         sql = (
             f"SELECT {HANDLING_SELECT} FROM handling WHERE {where} ORDER BY started_ms DESC LIMIT ?"
         )

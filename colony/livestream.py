@@ -22,9 +22,14 @@ from aiohttp_sse import EventSourceResponse, sse_response
 
 from colony.eventlog import recorded, since_ms
 from colony.events import KINDS, Event, FrameWatcher, Interest
+from colony.persist.db import PersistenceError
 from colony.queries import EventsFilters
 
 PING_S = 15.0
+SLACK_MS = 5_000
+"""A resumption reads the record from this long before the event named: an event id's
+millisecond is when routing decided, and a hand-off is published once committed, so events
+reach a watcher slightly out of time order (a watcher keys on message id and kind anyway)."""
 GATHER_S = 0.05
 """How long events gather after the first of a batch before they are written: a watcher sees
 them at most this late, and the socket is written (and the client woken) at most 20 times a
@@ -75,13 +80,7 @@ async def _serve(
     last = response.last_event_id
     since = since_ms(last)
     if since is not None:
-        await colony.db.flush()
-        past, left_out = await asyncio.to_thread(recorded, colony.db.source, since, interest)
-        # More behind than a resumption reads back: the oldest are lost for good (no resume_from).
-        frames = [dropped(left_out, None)] if left_out else []
-        frames += [event.frame for event in past]
-        await _write(request, response, frames)
-        last = past[-1].id if past else last
+        await _replay(request, response, colony, since, interest)
     gone = asyncio.ensure_future(response.wait())  # the pings found the client gone
     try:
         while not watcher.closed:
@@ -90,17 +89,43 @@ async def _serve(
             if not batch.done():
                 batch.cancel()
                 return
-            await asyncio.sleep(GATHER_S)
-            frames, lost, _ = batch.result()
-            more, later, newest = watcher.take_frames()
-            frames += more
-            lost += later
+            frames, lost, newest = batch.result()
+            if not lost:  # gather a little more (a drop is told at once: see below)
+                await asyncio.sleep(GATHER_S)
+                more, lost, newest = watcher.take_frames()
+                frames += more
             last = newest or last
-            if lost:
+            if lost:  # every frame held is older than every event dropped after them
                 frames.append(dropped(lost, last))
             await _write(request, response, frames)
     finally:
         gone.cancel()
+
+
+async def _replay(
+    request: web.Request,
+    response: EventSourceResponse,
+    colony: Colony,
+    since: int,
+    interest: Interest,
+) -> None:
+    """What the record holds since ``since`` (less :data:`SLACK_MS`), before the live stream."""
+    source = colony.db.source
+    failures: tuple[type[BaseException], ...] = (*source.errors, PersistenceError)
+    try:
+        await colony.db.flush()
+        past, left_out = await asyncio.to_thread(recorded, source, since - SLACK_MS, interest)
+    except failures as exc:
+        colony.log.error(
+            "events_replay_failed",
+            error=str(exc),
+            detail="a watcher resuming with Last-Event-ID gets the live stream only",
+        )
+        return
+    # More behind than a resumption reads back: the oldest are lost for good (no resume_from:
+    # a client must not reconnect for them, it would get the same answer again).
+    frames = [dropped(left_out, None)] if left_out else []
+    await _write(request, response, frames + [event.frame for event in past])
 
 
 def dropped(count: int, resume_from: str | None) -> bytes:

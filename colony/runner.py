@@ -331,9 +331,14 @@ class CellRunner:
             self.log_failures(message, outputs)
         return Outputs(outputs or ())
 
-    def account(self, message: Envelope, outcome: Outcome, started_ms: int | None) -> Handled:
+    def account(
+        self, message: Envelope, outcome: Outcome, started_ms: int | None
+    ) -> Handled | None:
         """The ``handling`` row of ``message`` (begun at ``started_ms``; None: now), counted
-        in this cell's ``handled`` and ``failed``."""
+        in this cell's ``handled`` and ``failed``; None for a message a failed cell never
+        took (its dead letter is the record)."""
+        if isinstance(outcome, Refused) and outcome.code is DeadLetterCode.CELL_INACTIVE:
+            return None
         ended = now_ms()
         row = handled(self.path, self.type.name, message, outcome, started_ms or ended, ended)
         self.handled += 1

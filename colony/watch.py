@@ -141,7 +141,12 @@ def watching_line(api: str, filters: Mapping[str, str]) -> Text:
     return Text(f"watching {api}{shown} (Ctrl-C ends it)", style="dim")
 
 
-def dropped_line(count: object) -> Text:
+def dropped_line(count: object, recoverable: bool = True) -> Text:
+    if not recoverable:
+        return Text(
+            f"{count} events lost (further behind than the daemon reads back); watching on",
+            style="yellow",
+        )
     return Text(
         f"{count} events dropped (watch fell behind); fetching them from the record",
         style="yellow",

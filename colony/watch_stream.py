@@ -125,9 +125,11 @@ def follow_events(
                             on_notice(Text(f"skipped an unreadable event: {one_line(sse.data)}"))
                             continue
                         if sse.event == "dropped" or data.get("kind") == "dropped":
-                            on_notice(dropped_line(data.get("count", "some")))
                             resume = data.get("resume_from")
-                            last_id = str(resume) if resume is not None else last_id
+                            on_notice(dropped_line(data.get("count", "some"), resume is not None))
+                            if resume is None:  # lost for good: reconnecting would not help
+                                continue
+                            last_id = str(resume)
                             break
                         if sse.id:
                             last_id = sse.id

@@ -78,6 +78,7 @@ CREATE INDEX IF NOT EXISTS message_log_parent ON message_log_indexed(parent_mess
 CREATE INDEX IF NOT EXISTS message_log_to ON message_log_indexed(to_path);
 CREATE INDEX IF NOT EXISTS message_log_created ON message_log_indexed(created_at);
 CREATE INDEX IF NOT EXISTS message_log_id ON message_log_indexed(id);
+CREATE INDEX IF NOT EXISTS message_log_at ON message_log_indexed(at_ms);
 CREATE TABLE IF NOT EXISTS message_log_recent (
 {message_log_columns});
 CREATE VIEW IF NOT EXISTS message_log AS

@@ -130,7 +130,10 @@ export class LiveStream {
       }
       const kind = message.event !== "message" ? message.event : data.kind;
       if (kind === "dropped") {
-        if (data.resume_from) this.lastId = String(data.resume_from);
+        // No resume_from: those events are lost for good (further behind than the daemon
+        // reads back); reconnecting would get the same answer again, so read on.
+        if (!data.resume_from) return;
+        this.lastId = String(data.resume_from);
         resume = true;
         this.controller.abort();
         return;
@@ -158,7 +161,8 @@ export class LiveStream {
   /** An event resent after a resume (same kind, message and cell) is passed on once. */
   isRepeat(kind, data) {
     if (!data || !data.message_id) return false;
-    const key = `${kind}|${data.message_id}|${data.cell || ""}`;
+    // started_ms tells a cell's second handling of a message (after a crash) from a repeat.
+    const key = `${kind}|${data.message_id}|${data.cell || ""}|${data.started_ms || ""}`;
     if (this.seen.has(key)) return true;
     this.seen.add(key);
     if (this.seen.size > SEEN_MAX) {

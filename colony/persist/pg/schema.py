@@ -56,6 +56,7 @@ CREATE TABLE IF NOT EXISTS message_log (
 CREATE INDEX IF NOT EXISTS message_log_trace ON message_log(trace_id);
 CREATE INDEX IF NOT EXISTS message_log_created ON message_log(created_at);
 CREATE INDEX IF NOT EXISTS message_log_id ON message_log(id);
+CREATE INDEX IF NOT EXISTS message_log_at ON message_log(at_ms);
 CREATE TABLE IF NOT EXISTS dead_letters (
     id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     sender_path TEXT NOT NULL,
@@ -91,22 +92,6 @@ CREATE TABLE IF NOT EXISTS ingress_keys (
     trace_id TEXT NOT NULL,
     created_at BIGINT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS handling (
-    seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    message_id TEXT NOT NULL,
-    trace_id TEXT NOT NULL,
-    cell TEXT NOT NULL,
-    cell_type TEXT NOT NULL,
-    started_ms BIGINT NOT NULL,
-    duration_ms BIGINT NOT NULL,
-    outcome TEXT NOT NULL,
-    error TEXT,
-    model TEXT,
-    llm_latency_ms BIGINT,
-    tokens_prompt BIGINT,
-    tokens_completion BIGINT
-);
-CREATE INDEX IF NOT EXISTS handling_trace ON handling(trace_id);
 CREATE TABLE IF NOT EXISTS cluster_partitions (
     partition INTEGER PRIMARY KEY,
     owner TEXT,
@@ -136,6 +121,56 @@ CREATE TABLE IF NOT EXISTS cluster_sessions (
 );
 """
 """Every table and index of the cluster database (schema :data:`SCHEMA_VERSION`)."""
+
+HANDLING_DDL = """
+CREATE TABLE IF NOT EXISTS handling (
+    seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    message_id TEXT NOT NULL,
+    trace_id TEXT NOT NULL,
+    cell TEXT NOT NULL,
+    cell_type TEXT NOT NULL,
+    started_ms BIGINT NOT NULL,
+    duration_ms BIGINT NOT NULL,
+    outcome TEXT NOT NULL,
+    error TEXT,
+    model TEXT,
+    llm_latency_ms BIGINT,
+    tokens_prompt BIGINT,
+    tokens_completion BIGINT
+);
+CREATE INDEX IF NOT EXISTS handling_trace ON handling(trace_id);
+"""
+"""The ``handling`` table (one row per message a cell finished handling)."""
+
+DDL += HANDLING_DDL
+
+_ADDED = (
+    ("message_log", "at_ms", "BIGINT"),
+    ("message_log", "edges", "TEXT"),
+    ("dead_letters", "at_ms", "BIGINT"),
+)
+"""Columns newer than the first cluster databases (the per-hop record)."""
+
+
+def _upgrade(conn: Any) -> None:
+    """Give a database made before the per-hop record its columns, table and index. Each
+    statement runs only when what it adds is missing: DDL takes its table's lock, and a
+    node booting beside busy ones would wait on their writers (see :func:`create`)."""
+    have = {
+        (table, column)
+        for table, column in conn.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name IN ('message_log', "
+            "'dead_letters')"
+        ).fetchall()
+    }
+    for table, column, kind in _ADDED:
+        if (table, column) not in have:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {kind}")
+    if conn.execute("SELECT to_regclass('handling')").fetchone()[0] is None:
+        conn.execute(HANDLING_DDL)
+    if conn.execute("SELECT to_regclass('message_log_at')").fetchone()[0] is None:
+        conn.execute("CREATE INDEX IF NOT EXISTS message_log_at ON message_log(at_ms)")
 
 
 def _made(conn: Any) -> bool:
@@ -167,6 +202,8 @@ def create(conn: Any, partitions: int, partition_by: str = "trace_id") -> None:
         # their writers (seen: a joining node's boot against two nodes' hand-offs).
         if not _made(conn):
             conn.execute(DDL)
+        else:
+            _upgrade(conn)
         conn.execute(
             "INSERT INTO meta(key, value) VALUES ('schema_version', %s), ('partitions', %s), "
             "('partition_by', %s) ON CONFLICT (key) DO NOTHING",

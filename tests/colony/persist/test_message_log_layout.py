@@ -273,6 +273,7 @@ def _before_hop_timing(path: Path) -> None:
     ColonyDb(path).close()
     with sqlite3.connect(path) as conn:
         conn.execute("DROP VIEW message_log")
+        conn.execute("DROP INDEX message_log_at")
         for table in ("message_log_indexed", "message_log_recent"):
             conn.execute(f"ALTER TABLE {table} DROP COLUMN at_ms")
             conn.execute(f"ALTER TABLE {table} DROP COLUMN edges")

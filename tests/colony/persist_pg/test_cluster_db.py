@@ -377,3 +377,27 @@ async def test_a_second_live_daemon_under_the_same_node_name_is_refused(
         finally:
             if twin._conn is not None:
                 await twin._conn.close()
+
+
+async def test_a_database_made_before_the_per_hop_record_gains_it_at_the_next_boot(
+    pg_schema: PgSchema,
+) -> None:
+    async with node(pg_schema, "a"):
+        pass
+    with psycopg.connect(pg_schema.dsn, autocommit=True) as conn:  # as an older daemon made it
+        conn.execute("DROP INDEX message_log_at")
+        conn.execute("ALTER TABLE message_log DROP COLUMN at_ms, DROP COLUMN edges")
+        conn.execute("ALTER TABLE dead_letters DROP COLUMN at_ms")
+        conn.execute("DROP TABLE handling")
+    async with node(pg_schema, "a") as (db, owner):
+        await owner.tick()
+        m = message(1, 1)
+        await db.commit(
+            Unit(
+                deliveries=[Delivery("/cell", m, "/")],
+                logs=[LogRow(m, "/", "/cell", 5, 1234, ("/#0",))],
+            )
+        )
+    assert select(pg_schema, "SELECT at_ms, edges FROM message_log") == [(1234, "/#0")]
+    assert select(pg_schema, "SELECT count(*) FROM handling") == [(0,)]
+    assert select(pg_schema, "SELECT to_regclass('message_log_at') IS NOT NULL") == [(True,)]
