@@ -129,33 +129,38 @@ def _count(path: Path, table: str) -> int:
     return int(n)
 
 
+def _old_row(seq: int, row: LogRow) -> tuple[object, ...]:
+    """A message-log row as a daemon wrote it before ``at_ms`` and ``edges``."""
+    m = row.message
+    return (
+        seq,
+        m.id,
+        m.trace_id,
+        m.parent_message_id,
+        None,
+        row.ttl,
+        row.from_path,
+        row.to_path,
+        None,
+        '{"context": {}, "hop": {}}',
+        "inline",
+        '{"messages": []}',
+        m.created_at,
+    )
+
+
 def _version_1_file(path: Path, traces: int) -> None:
     with sqlite3.connect(path) as conn:
         conn.executescript(VERSION_1)
         seq = 0
         for _ in range(traces):
             for row in _chain(3):
-                m = row.message
                 seq += 1
                 conn.execute(
                     "INSERT INTO message_log(seq, id, trace_id, parent_message_id, correlation_id, "
                     "ttl, from_path, to_path, reply_to, headers, body_kind, body_payload, "
                     "created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        seq * 10,  # seq values need not be dense
-                        m.id,
-                        m.trace_id,
-                        m.parent_message_id,
-                        None,
-                        row.ttl,
-                        row.from_path,
-                        row.to_path,
-                        None,
-                        '{"context": {}, "hop": {}}',
-                        "inline",
-                        '{"messages": []}',
-                        m.created_at,
-                    ),
+                    _old_row(seq * 10, row),  # seq values need not be dense
                 )
 
 
@@ -288,24 +293,9 @@ def _before_hop_timing(path: Path) -> None:
         conn.execute("DROP TABLE handling_indexed")
         conn.execute("ALTER TABLE dead_letters DROP COLUMN at_ms")
         for seq, row in enumerate(_chain(2), 1):
-            m = row.message
             conn.execute(
                 f"INSERT INTO message_log_recent({names}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    seq,
-                    m.id,
-                    m.trace_id,
-                    m.parent_message_id,
-                    None,
-                    row.ttl,
-                    row.from_path,
-                    row.to_path,
-                    None,
-                    '{"context": {}, "hop": {}}',
-                    "inline",
-                    "{}",
-                    m.created_at,
-                ),
+                _old_row(seq, row),
             )
 
 
