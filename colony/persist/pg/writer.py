@@ -65,6 +65,21 @@ _HANDLING = (
 )
 
 
+def pg_text(text: str) -> str:
+    """``text`` with each NUL spelled ``\\u0000``: PostgreSQL's text cannot hold NUL (SQLite's
+    can), and a path or an id may (a ``POST /messages`` target, say). JSON columns never do:
+    their writer escapes it. The row's JSON keeps the exact value, as for a surrogate
+    (:mod:`colony.persist.escape`)."""
+    return text.replace("\x00", "\\u0000") if "\x00" in text else text
+
+
+def _without_nul(rows: list[Any]) -> None:
+    """:func:`pg_text` on every text value of ``rows``, in place (one ``in`` test a value)."""
+    for n, row in enumerate(rows):
+        if any(isinstance(v, str) and "\x00" in v for v in row):
+            rows[n] = tuple(pg_text(v) if isinstance(v, str) else v for v in row)
+
+
 class PgRows(Rows):
     """:class:`Rows` written with PostgreSQL's SQL."""
 
@@ -81,7 +96,7 @@ class PgRows(Rows):
         cur = conn.execute(
             "INSERT INTO ingress_keys(key, trace_id, created_at) VALUES (%s,%s,%s) "
             "ON CONFLICT (key) DO NOTHING",
-            (storable_text(key), storable_text(trace_id), int(time.time())),
+            (pg_text(storable_text(key)), pg_text(storable_text(trace_id)), int(time.time())),
         )
         return bool(cur.rowcount)
 
@@ -125,6 +140,8 @@ class PgRows(Rows):
 
     def write(self, conn: Any) -> None:
         self._serialise_journal()
+        for rows in (self.inserts, self.acks, self.logs, self.letters, self.handling):
+            _without_nul(rows)
         cur = conn.cursor()
         if self.inserts:
             cur.executemany(

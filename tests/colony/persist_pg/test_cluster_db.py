@@ -401,3 +401,14 @@ async def test_a_database_made_before_the_per_hop_record_gains_it_at_the_next_bo
     assert select(pg_schema, "SELECT at_ms, edges FROM message_log") == [(1234, "/#0")]
     assert select(pg_schema, "SELECT count(*) FROM handling") == [(0,)]
     assert select(pg_schema, "SELECT to_regclass('message_log_at') IS NOT NULL") == [(True,)]
+
+
+async def test_a_nul_in_a_path_is_stored_escaped_not_refused(pg_schema: PgSchema) -> None:
+    async with node(pg_schema, "a") as (db, owner):
+        await owner.tick()
+        m = message(1, 1)
+        m.target = "/a\x00b"
+        await db.commit(
+            Unit(deliveries=[Delivery("/cell", m, "/")], logs=[LogRow(m, "/", "/a\x00b", 5)])
+        )
+    assert select(pg_schema, "SELECT to_path FROM message_log") == [("/a\\u0000b",)]
