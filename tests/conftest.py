@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.pg import pg_schema  # a fixture: a PostgreSQL schema of the test's own
+from tests.pg import either_db, pg_schema  # fixtures: a PostgreSQL schema; either backend
 
-__all__ = ["pg_schema"]
+__all__ = ["either_db", "pg_schema"]
 
 # Each pytest-xdist worker flushes a live-Redis database of its own (15 for gw0, 14 for gw1, ...):
 # two workers flushing one database under each other's tests made the live legs flaky.

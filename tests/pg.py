@@ -13,9 +13,13 @@ import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+
+from colony.persist.db import ColonyDb
+from colony.persist.pg.db import PgDb
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -87,3 +91,18 @@ def pg_schema() -> Iterator[PgSchema]:
                 (name,),
             )
             conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def either_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ColonyDb | PgDb]:
+    """A colony's database on either backend, written by that backend's writer."""
+    opened: ColonyDb | PgDb
+    if request.param == "sqlite":
+        opened = ColonyDb(tmp_path / "colony.db")
+    else:
+        schema: PgSchema = request.getfixturevalue("pg_schema")
+        opened = PgDb(schema.dsn, "reader", 1)
+    try:
+        yield opened
+    finally:
+        opened.close()

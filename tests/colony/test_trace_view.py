@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ from colony.traceview import (
     trace_lines,
     trace_tree,
 )
-from tests.pg import PgSchema
 
 TRACE = "0192d3f0-0000-7000-8000-00000000abcd"
 
@@ -286,19 +284,9 @@ def test_a_database_without_the_handling_table_draws_its_hops(tmp_path: Path) ->
         db.close()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ColonyDb | PgDb]:
-    """A colony's database on either backend, written by that backend's writer."""
-    opened: ColonyDb | PgDb
-    if request.param == "sqlite":
-        opened = ColonyDb(tmp_path / "colony.db")
-    else:
-        schema: PgSchema = request.getfixturevalue("pg_schema")
-        opened = PgDb(schema.dsn, "reader", 1)
-    try:
-        yield opened
-    finally:
-        opened.close()
+@pytest.fixture
+def db(either_db: ColonyDb | PgDb) -> ColonyDb | PgDb:
+    return either_db
 
 
 async def test_a_trace_reads_the_same_tree_from_colony_db_and_the_cluster_database(

@@ -9,7 +9,6 @@ import dataclasses
 import re
 import threading
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -46,19 +45,9 @@ from tests.pg import PgSchema
 Db = ColonyDb | PgDb
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Db]:
-    """A colony's database on either backend, written by that backend's writer."""
-    opened: Db
-    if request.param == "sqlite":
-        opened = ColonyDb(tmp_path / "colony.db")
-    else:
-        schema: PgSchema = request.getfixturevalue("pg_schema")
-        opened = PgDb(schema.dsn, "reader", 1)
-    try:
-        yield opened
-    finally:
-        opened.close()
+@pytest.fixture
+def db(either_db: ColonyDb | PgDb) -> ColonyDb | PgDb:
+    return either_db
 
 
 def message(
