@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -106,3 +107,13 @@ def either_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Colony
         yield opened
     finally:
         opened.close()
+
+
+def chat_cluster(schema: PgSchema, lease_ms: int, partitions: int = 4) -> dict[str, Any]:
+    """A ``colony.json`` ``cluster`` block on ``schema``, conversations keyed by chat."""
+    return {
+        "dsn": schema.dsn,
+        "partitions": partitions,
+        "lease_ms": lease_ms,
+        "partition_by": "context.chat_id",
+    }

@@ -42,7 +42,7 @@ from tests.cells.proxy.test_proxy import (
     user_text,
 )
 from tests.conftest import CONTRACT, TreeFactory
-from tests.pg import PgSchema
+from tests.pg import PgSchema, chat_cluster
 from tests.processes import eventually
 
 P = 4
@@ -64,15 +64,6 @@ def tree_of(make_tree: TreeFactory, telegram: ScriptedTelegram) -> Path:
     return make_tree(files)
 
 
-def cluster(schema: PgSchema, lease_ms: int) -> dict[str, Any]:
-    return {
-        "dsn": schema.dsn,
-        "partitions": P,
-        "lease_ms": lease_ms,
-        "partition_by": "context.chat_id",
-    }
-
-
 @asynccontextmanager
 async def node(
     name: str,
@@ -89,7 +80,7 @@ async def node(
         tree,
         capture=["/sink"],
         env={"TELEGRAM_BOT_TOKEN": TOKEN},
-        colony={"cluster": cluster(schema, lease_ms)},
+        colony={"cluster": chat_cluster(schema, lease_ms, P)},
         cell_types={
             "proxy": proxy_type(clock, cells, built),
             "echo": CellType("echo", CellClass.STATELESS, lambda spec: Echo()),

@@ -32,20 +32,11 @@ from colony.persist.pg.tables import PgTablesHost
 from colony.testing import ColonyHarness
 from tests.cells.timer.test_timer import ID, OTHER, Recorder, add, timer_tree, tool_call
 from tests.conftest import TreeFactory
-from tests.pg import PgSchema
+from tests.pg import PgSchema, chat_cluster
 from tests.processes import eventually
 
 P = 4
 LEASE = "timer:/remind"
-
-
-def cluster(schema: PgSchema, lease_ms: int) -> dict[str, Any]:
-    return {
-        "dsn": schema.dsn,
-        "partitions": P,
-        "lease_ms": lease_ms,
-        "partition_by": "context.chat_id",
-    }
 
 
 @asynccontextmanager
@@ -55,7 +46,7 @@ async def node(
     async with ColonyHarness(
         tree,
         capture=["/sink", "/fired"],
-        colony={"cluster": cluster(schema, lease_ms)},
+        colony={"cluster": chat_cluster(schema, lease_ms, P)},
         cell_types={"timer": TIMER},
         workdir=workdir / name,
         node=name,
