@@ -65,11 +65,9 @@ def select_runs(source: Source, f: RunsFilters, hives: Collection[str]) -> list[
 def _keep(run: dict[str, Any], f: RunsFilters) -> bool:
     if f.outcome is not None and run["outcome"] != f.outcome:
         return False
+    cells = run.pop("_cells")
     prefix = f.cell_prefix
-    if prefix is not None and not any(p.startswith(prefix) for p in run.pop("_cells")):
-        return False
-    run.pop("_cells", None)
-    return True
+    return prefix is None or any(path.startswith(prefix) for path in cells)
 
 
 def _summaries(
@@ -133,14 +131,13 @@ def _summaries(
         run = runs.get(trace_id)
         if run is None:
             continue
+        deliveries, handled, old = run.pop("_deliveries"), run.pop("_handled"), run.pop("_old")
         if run["dead_letters"]:
             run["outcome"] = "dead_lettered"
-        elif run.pop("_deliveries") > run.pop("_handled") and not run.pop("_old"):
+        elif deliveries > handled and not old:
             run["outcome"] = "in_flight"
         if run["started_ms"] is not None and run["ended_ms"] is not None:
             run["duration_ms"] = run["ended_ms"] - run["started_ms"]
-        for key in ("_deliveries", "_handled", "_old"):
-            run.pop(key, None)
         out.append(run)
     return out
 
