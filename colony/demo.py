@@ -39,6 +39,7 @@ from rich.console import Console
 
 from colony.api import build_app, serve
 from colony.events import Interest
+from colony.ids import now_ms
 from colony.testing import (
     ColonyHarness,
     ScriptedOpenAI,
@@ -130,7 +131,7 @@ class Follower:
     def __init__(self, colony: ColonyHarness, out: TextIO) -> None:
         self.watcher = colony.colony.events.watch(Interest(kinds=SHOWN))
         self.console = Console(file=out, highlight=False, soft_wrap=True)
-        self.started_ms = time.time_ns() // 1_000_000
+        self.started_ms = now_ms()
         self.decisions = 0
 
     async def run(self) -> None:

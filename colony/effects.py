@@ -9,12 +9,12 @@ happens to be running.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from colony.dead_letters import DeadLetter
 from colony.envelope import Envelope
+from colony.ids import now_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +97,7 @@ class Effects:
     )
 
     def __init__(self) -> None:
-        self.at_ms = time.time_ns() // 1_000_000
+        self.at_ms = now_ms()
         """When routing took this hand-off's decisions (epoch milliseconds)."""
         self.handled: Handled | None = None
         """The handling that caused this hand-off (set by the colony, not by routing)."""

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from colony.effects import Effects, Handled, LogRow
+from colony.ids import now_ms
 
 if TYPE_CHECKING:
     from colony.envelope import Envelope
@@ -414,7 +415,7 @@ class Events:
         """A cell took ``message`` in."""
         if self.watchers:
             self._publish(
-                time.time_ns() // 1_000_000,
+                now_ms(),
                 "handle_start",
                 {
                     "cell": cell,

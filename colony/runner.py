@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import functools
 import inspect
-import time
 import traceback
 from collections.abc import Callable, Coroutine, Sequence
 from enum import StrEnum
@@ -40,6 +39,7 @@ from colony.envelope import Envelope, JsonObject, split_content
 from colony.events import Events
 from colony.failures import error_code, error_text, error_traceback
 from colony.handling import handled
+from colony.ids import now_ms
 from colony.inflight import InFlightMessages
 from colony.mailbox import Mailbox
 from colony.observability import Logger
@@ -116,10 +116,6 @@ _FAIR_SHARE = 64
 Taking a queued message never waits, so a cell whose handling does not wait either (a store,
 a sink) would otherwise hold the event loop until its mailbox is empty: seconds, with 100,000
 queued, during which nothing else is routed."""
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _traceback(exc: BaseException) -> str:

@@ -27,6 +27,7 @@ from rich.text import Text
 
 from colony.errors import ColonyError
 from colony.failures import one_line
+from colony.ids import now_ms
 from colony.watch import (
     dropped_line,
     event_line,
@@ -210,7 +211,7 @@ def print_events(
     ``as_json``), the connection's changes on stderr when stdout carries JSON."""
     out = _Terminal(highlight=False, no_color=not color, soft_wrap=True)
     notes = _Terminal(stderr=True, highlight=False, no_color=not color, soft_wrap=True)
-    started_ms = time.time_ns() // 1_000_000
+    started_ms = now_ms()
 
     def on_event(event: dict[str, Any]) -> None:
         if as_json:

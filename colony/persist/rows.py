@@ -14,6 +14,7 @@ from typing import Any, assert_never
 from colony.dead_letters import DeadLetter, DeadLetterCode
 from colony.effects import Handled, LogRow
 from colony.envelope import Envelope
+from colony.ids import now_ms
 from colony.persist.escape import storable_json, storable_optional, storable_text
 from colony.persist.items import Commit, Execute, Forget, Piece, Registry, Unit
 from colony.persist.schema import (
@@ -353,7 +354,7 @@ def letter_row(item: DeadLetter) -> tuple[Any, ...]:
         message_json,
         storable_optional(item.detail),
         storable_text(m.id),
-        item.at_ms if item.at_ms is not None else time.time_ns() // 1_000_000,
+        item.at_ms if item.at_ms is not None else now_ms(),
     )
 
 
