@@ -38,7 +38,7 @@ from typing import Any, TextIO
 from rich.console import Console
 
 from colony.api import build_app, serve
-from colony.events import Interest
+from colony.events import Event, Interest
 from colony.ids import now_ms
 from colony.testing import (
     ColonyHarness,
@@ -136,15 +136,14 @@ class Follower:
 
     async def run(self) -> None:
         while not self.watcher.closed:
-            events, _ = await self.watcher.next_batch()
-            for event in events:
-                self.decisions += event.kind == "route"
-                self.console.print(event_line(event.data, self.started_ms))
+            self._print(await self.watcher.next_batch())
 
     def flush(self) -> None:
         """Print what is waiting now (the colony has settled: nothing more is coming)."""
-        events, _ = self.watcher.take()
-        for event in events:
+        self._print(self.watcher.take())
+
+    def _print(self, batch: tuple[list[Event], int]) -> None:
+        for event in batch[0]:
             self.decisions += event.kind == "route"
             self.console.print(event_line(event.data, self.started_ms))
 
