@@ -18,7 +18,7 @@ import asyncio
 import json
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -377,6 +377,10 @@ class Events:
     def __init__(self) -> None:
         self.watchers: list[Watcher] = []
         self.rates = Rates()
+        self.taps: list[Callable[[Effects], None]] = []
+        """Observers of every committed hand-off (metrics, OpenTelemetry), called in order
+        after the hand-off was carried out. A tap must be cheap and must not raise: it runs
+        on the event loop, on the routing path."""
         self._n = 0
 
     def watch(self, filters: Interest, limit: int = BUFFER) -> Watcher:
@@ -428,6 +432,8 @@ class Events:
     def applied(self, fx: Effects) -> None:
         """A hand-off was committed and carried out."""
         self.rates.add(fx.decisions, len(fx.letters))
+        for tap in self.taps:
+            tap(fx)
         if not self.watchers:
             return
         handled = fx.handled

@@ -117,6 +117,30 @@ class ClusterConfig(BaseModel):
         return value
 
 
+class RetentionConfig(BaseModel):
+    """``colony.json`` ``retention``: how long the record is kept (docs/retention.md). The
+    defaults keep a busy colony's record under a known size; 0 keeps that part forever."""
+
+    model_config = _CLOSED
+
+    message_log_days: U32 = 14
+    """Message-log, handling and fired-edge rows older than this many days are pruned."""
+    message_log_max_mb: U32 = 512
+    """Past this size (MB of stored bodies) the oldest message-log rows are pruned first."""
+    dead_letters_days: U32 = 90
+    """Dead letters older than this many days are pruned (a replayed one's row included)."""
+
+
+class TelemetryConfig(BaseModel):
+    """``colony.json`` ``telemetry``: OpenTelemetry export (docs/telemetry.md). The standard
+    ``OTEL_*`` environment variables, when set, take precedence over these keys."""
+
+    model_config = _CLOSED
+
+    enabled: bool = True
+    """False turns tracing off even when ``OTEL_*`` variables are set."""
+
+
 class ColonyConfig(BaseModel):
     """``colony.json``: every key optional, every unknown key refused."""
 
@@ -175,6 +199,10 @@ class ColonyConfig(BaseModel):
     """A request's body must arrive within this (408 otherwise)."""
     cluster: ClusterConfig | None = None
     """Several daemons share this colony through PostgreSQL; absent: one daemon, SQLite."""
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    """How long the message log and the dead letters are kept."""
+    telemetry: TelemetryConfig | None = None
+    """OpenTelemetry export; absent: only when ``OTEL_*`` variables ask for it."""
 
     @model_validator(mode="after")
     def _cluster_journals(self) -> ColonyConfig:
