@@ -47,6 +47,7 @@ from colony.persist.records import (
 )
 from colony.persist.source import Source
 from colony.queries import READS, DrainFilters, EventsFilters, QueryError, parse_http
+from colony.telemetry.context import join as join_trace
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_BODY = 10 * 1024 * 1024
@@ -167,6 +168,7 @@ class Api:
             raise ApiError(
                 refusal.status, refusal.token, refusal.detail, retry_after=refusal.retry_after_s
             )
+        join_trace(message.trace_id, request.headers.get("traceparent"))  # telemetry off: no-op
         taken = await self.colony.send(message, key=None if key is None else f"http:{key}")
         if not taken:
             return json_response({"duplicate": True, "idempotency_key": key}, status=200)

@@ -38,6 +38,7 @@ from colony.persist.backend import Backend
 from colony.persist.celltables import ColonyTablesHost
 from colony.persist.db import ColonyDb
 from colony.persist.records import read_registry
+from colony.telemetry.setup import open_tracing
 
 if TYPE_CHECKING:
     from colony.cluster.member import Member
@@ -98,6 +99,9 @@ async def open_colony(
                 cluster=member,
             )
             phase("wire")
+            tracing = open_tracing(tree.colony.telemetry, log)  # None: off, nothing hung
+            if tracing is not None:
+                tracing.attach(colony)
             async with asyncio.TaskGroup() as group:
 
                 def spawn(work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
@@ -127,6 +131,8 @@ async def open_colony(
                     finally:
                         if member is not None:
                             await member.stop()
+                        if tracing is not None:  # the last hand-offs' spans, flushed
+                            await tracing.close()
         finally:
             db.close()
     finally:

@@ -381,6 +381,9 @@ class Events:
         """Observers of every committed hand-off (metrics, OpenTelemetry), called in order
         after the hand-off was carried out. A tap must be cheap and must not raise: it runs
         on the event loop, on the routing path."""
+        self.began_hooks: list[Callable[[Envelope], None]] = []
+        """Called with each message a cell takes in, in the task that will handle it (the
+        telemetry's context variable is set there)."""
         self._n = 0
 
     def watch(self, filters: Interest, limit: int = BUFFER) -> Watcher:
@@ -417,6 +420,8 @@ class Events:
 
     def began(self, cell: str, cell_type: str, message: Envelope) -> None:
         """A cell took ``message`` in."""
+        for hook in self.began_hooks:
+            hook(message)
         if self.watchers:
             self._publish(
                 now_ms(),

@@ -9,6 +9,10 @@ standard JSON (:mod:`colony.jsonwire`): ``NaN``, a lone surrogate or nesting pas
 is a ``provider_error`` naming the problem, as meclaw's parser refuses them too, and never
 reaches the colony.
 
+With telemetry on, each request carries a W3C ``traceparent`` naming the handling's LLM-call
+span (:func:`colony.telemetry.context.outgoing_traceparent`), so a provider that traces joins
+the colony's trace.
+
 The client is aiohttp's, not httpx's: measured against the scripted provider on loopback, one
 call cost about 1.3 ms of CPU with httpx and 0.3 ms with aiohttp (client and server together),
 and a turn of the tool loop makes seven of them. The body is sent as the exact bytes the dialect
@@ -29,6 +33,7 @@ from yarl import URL
 from cells.llm.params import BACKOFF_BASE_S, BACKOFF_CAP_S
 from colony.jsonwire import JsonRefused, loads
 from colony.observability import Logger
+from colony.telemetry.context import outgoing_traceparent
 
 STATUS_CODES = {401: "auth", 404: "model_not_found", 429: "rate_limit"}
 _MAX_RETRY_AFTER_S = 60.0
@@ -91,6 +96,9 @@ async def post(
     attempt = 0
     timeout = aiohttp.ClientTimeout(total=attempt_timeout)
     target, headers = _credentials_as_header(url, headers)
+    traceparent = outgoing_traceparent()  # None unless telemetry is on
+    if traceparent is not None:
+        headers = {**headers, "traceparent": traceparent}
     while True:
         try:
             sent = client.post(target, data=content, headers=headers, timeout=timeout)

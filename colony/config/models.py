@@ -139,6 +139,24 @@ class TelemetryConfig(BaseModel):
 
     enabled: bool = True
     """False turns tracing off even when ``OTEL_*`` variables are set."""
+    exporter: Literal["otlp", "console"] = "otlp"
+    """Where spans go: ``otlp`` (an OTLP receiver) or ``console`` (stdout, for a look).
+    ``OTEL_TRACES_EXPORTER`` wins."""
+    protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"
+    """The OTLP wire (``grpc`` needs opentelemetry-exporter-otlp-proto-grpc).
+    ``OTEL_EXPORTER_OTLP_PROTOCOL`` wins."""
+    endpoint: str | None = None
+    """The OTLP receiver's base URL (``/v1/traces`` is added for http/protobuf), e.g.
+    ``http://127.0.0.1:4318``; None: the SDK's default. ``OTEL_EXPORTER_OTLP_ENDPOINT`` wins."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Headers sent with every export (an API key: write ``${VAR}``).
+    ``OTEL_EXPORTER_OTLP_HEADERS`` wins."""
+    service_name: str = "colony"
+    """The ``service.name`` resource attribute. ``OTEL_SERVICE_NAME`` wins."""
+    sample_ratio: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    """The share of colony traces recorded (decided on the trace id, so a trace is whole or
+    absent); a trace joined from a ``traceparent`` follows the caller's sampled flag.
+    ``OTEL_TRACES_SAMPLER``/``OTEL_TRACES_SAMPLER_ARG`` win."""
 
 
 class ColonyConfig(BaseModel):

@@ -1,0 +1,185 @@
+"""Starting and stopping a colony's OpenTelemetry tracing (docs/telemetry.md).
+
+:func:`open_tracing` reads ``colony.json`` ``telemetry`` and the ``OTEL_*`` variables
+(:mod:`colony.telemetry.settings`); when tracing is off it returns None and nothing is
+registered anywhere, so a colony without telemetry pays nothing. When it is on it builds the
+SDK's tracer provider (its own, never the process-wide one) with a batch span processor in
+front of the exporter, hangs a :class:`colony.telemetry.spans.SpanMaker` on the colony's
+hand-off taps and the handling-begins hook, and :meth:`Tracing.close` flushes and shuts it
+down at stop. The SDK is imported only here and only then: a daemon without the ``otel``
+extra that is asked to trace says so once (log and stderr) and runs untraced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from colony.config.models import TelemetryConfig
+from colony.observability import Logger
+from colony.telemetry import context as ids
+from colony.telemetry.settings import Settings, SettingsError, resolve
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+    from colony.colony import Colony
+
+ExporterFactory = Callable[[Settings], "SpanExporter"]
+
+_exporters: dict[str, ExporterFactory] = {}
+"""Exporters an embedding program (or a test) added by name, for ``OTEL_TRACES_EXPORTER``."""
+
+SCOPE = "colony"
+"""The instrumentation scope of every span the colony makes."""
+
+
+def register_exporter(name: str, factory: ExporterFactory) -> None:
+    """Make ``OTEL_TRACES_EXPORTER=<name>`` (or ``telemetry.exporter``) use ``factory``: how
+    an embedding program sends the colony's spans somewhere of its own (the tests use the
+    SDK's in-memory exporter this way)."""
+    _exporters[name] = factory
+
+
+def unregister_exporter(name: str) -> None:
+    _exporters.pop(name, None)
+
+
+class Tracing:
+    """A colony's live tracing: the provider, and the hooks it hung on the colony."""
+
+    def __init__(self, provider: TracerProvider, settings: Settings) -> None:
+        from colony.telemetry.spans import FixedIds, SpanMaker
+
+        self.provider = provider
+        self.settings = settings
+        fixed = provider.id_generator
+        assert isinstance(fixed, FixedIds)
+        self.spans = SpanMaker(provider.get_tracer(SCOPE), fixed)  # type: ignore[arg-type]
+        self._colony: Colony | None = None
+        bound = 2**56 if settings.ratio >= 1.0 else int(settings.ratio * 2**56)
+        follow = settings.follow_caller
+
+        def decide(trace_id: int, remote: ids.Remote | None) -> bool:
+            if follow and remote is not None:
+                return remote.sampled
+            # the low 56 bits: random in a UUIDv7 and in a W3C trace id alike
+            return (trace_id & 0xFFFFFFFFFFFFFF) < bound
+
+        self.decide: ids.Decide = decide
+
+    def attach(self, colony: Colony) -> None:
+        """Hang the span maker on ``colony``'s hand-offs and handling starts."""
+        self._colony = colony
+        ids.register(self.decide)
+        colony.events.taps.append(self.spans)
+        colony.events.began_hooks.append(ids.begin)
+
+    async def close(self) -> None:
+        """Unhook, then flush what is batched and shut the exporter down (off the loop: an
+        export is a blocking HTTP request)."""
+        colony = self._colony
+        if colony is not None:
+            if self.spans in colony.events.taps:
+                colony.events.taps.remove(self.spans)
+            if ids.begin in colony.events.began_hooks:
+                colony.events.began_hooks.remove(ids.begin)
+        ids.unregister(self.decide)
+        await asyncio.to_thread(self.provider.shutdown)
+
+
+def open_tracing(
+    config: TelemetryConfig | None, log: Logger, env: Mapping[str, str] | None = None
+) -> Tracing | None:
+    """The colony's tracing, or None when it is off or cannot start (said once, log and
+    stderr, never a refusal to boot: telemetry is not what the colony is for)."""
+    try:
+        settings = resolve(config, env)
+    except SettingsError as exc:
+        _warn(log, "telemetry_off", str(exc))
+        return None
+    if settings is None:
+        return None
+    try:
+        provider = _provider(settings)
+    except ImportError as exc:
+        _warn(
+            log,
+            "telemetry_unavailable",
+            f"tracing was asked for but {exc.name or 'the OpenTelemetry SDK'} is not "
+            "installed; install the otel extra (pip install 'colony-daemon[otel]'); the "
+            "colony runs untraced",
+        )
+        return None
+    except _Unknown as exc:
+        _warn(log, "telemetry_off", str(exc))
+        return None
+    log.info(
+        "telemetry_on",
+        exporter=settings.exporter,
+        protocol=settings.protocol if settings.exporter == "otlp" else None,
+        ratio=settings.ratio,
+    )
+    return Tracing(provider, settings)
+
+
+class _Unknown(Exception):
+    """An exporter name nobody registered."""
+
+
+def _provider(settings: Settings) -> TracerProvider:
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+    from colony.telemetry.spans import FixedIds
+
+    exporter = _exporter(settings)
+    extra: dict[str, Any] = {}
+    if settings.service_name is not None:
+        extra[SERVICE_NAME] = settings.service_name
+    # Resource.create reads OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME itself.
+    resource = Resource.create(extra)
+    # The colony samples by trace itself (colony.telemetry.context.sampled): a span it
+    # makes is one to record.
+    provider = TracerProvider(resource=resource, sampler=ALWAYS_ON, id_generator=FixedIds())
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
+
+
+def _exporter(settings: Settings) -> SpanExporter:
+    name = settings.exporter
+    if name in _exporters:
+        return _exporters[name](settings)
+    if name == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter()
+    if name != "otlp":
+        known = ", ".join(sorted({"otlp", "console", *_exporters}))
+        raise _Unknown(
+            f"OTEL_TRACES_EXPORTER={name}: the colony knows {known}; the colony runs untraced"
+        )
+    headers = settings.headers or None
+    if settings.protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcExporter,
+        )
+
+        return GrpcExporter(endpoint=settings.endpoint, headers=headers)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    endpoint = settings.endpoint
+    if endpoint is not None:
+        endpoint = endpoint.rstrip("/") + "/v1/traces"
+    return OTLPSpanExporter(endpoint=endpoint, headers=headers)
+
+
+def _warn(log: Logger, event: str, detail: str) -> None:
+    log.warning(event, detail=detail)
+    sys.stderr.write(f"meclaw: warning: {detail}\n")
+    sys.stderr.flush()
