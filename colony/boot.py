@@ -73,6 +73,7 @@ async def open_colony(
     log_messages: bool = True,
     on_phase: Callable[[str], None] | None = None,
     node: str | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> AsyncIterator[Colony]:
     """Boot ``tree`` and yield the running colony; stop it, and everything it started, when
     the block ends. Raises :class:`colony.errors.BootError` (a cell type cannot start) and
@@ -80,7 +81,8 @@ async def open_colony(
     anything runs. ``on_phase`` is told as each boot phase ends (``prepare``, ``wire``,
     ``start``): what the boot benchmark times. ``node`` names this daemon in a cluster
     (``colony.json`` ``cluster``: the colony's database is the cluster's, and this node runs
-    the conversations of the partitions it owns)."""
+    the conversations of the partitions it owns). ``say`` repeats a boot warning the log
+    keeps where the operator looks (the daemon's stderr)."""
     phase = on_phase or _ignore
     try:
         if prepare is not None:
@@ -99,7 +101,7 @@ async def open_colony(
                 cluster=member,
             )
             phase("wire")
-            tracing = open_tracing(tree.colony.telemetry, log)  # None: off, nothing hung
+            tracing = open_tracing(tree.colony.telemetry, log, say=say)  # None: off, nothing hung
             if tracing is not None:
                 tracing.attach(colony)
             async with asyncio.TaskGroup() as group:

@@ -147,6 +147,7 @@ async def run(
                 prepare=prepare,
                 release=close_shared_resources,
                 node=member,
+                say=None if direct else lambda text: _say(f"warning: {text}"),  # (echoed)
             ) as colony:
                 code = await _serve(
                     colony,

@@ -43,7 +43,9 @@ class Settings:
     """A trace joined from a ``traceparent`` is recorded iff the caller's was sampled."""
 
 
-def resolve(config: TelemetryConfig | None, env: Mapping[str, str] | None = None) -> Settings | None:
+def resolve(
+    config: TelemetryConfig | None, env: Mapping[str, str] | None = None
+) -> Settings | None:
     """The tracing to set up, or None when tracing is off. Raises :class:`SettingsError`."""
     env = os.environ if env is None else env
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":

@@ -13,7 +13,7 @@ extra that is asked to trace says so once (log and stderr) and runs untraced.
 from __future__ import annotations
 
 import asyncio
-import sys
+import importlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -92,22 +92,32 @@ class Tracing:
 
 
 def open_tracing(
-    config: TelemetryConfig | None, log: Logger, env: Mapping[str, str] | None = None
+    config: TelemetryConfig | None,
+    log: Logger,
+    *,
+    say: Callable[[str], None] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Tracing | None:
-    """The colony's tracing, or None when it is off or cannot start (said once, log and
-    stderr, never a refusal to boot: telemetry is not what the colony is for)."""
+    """The colony's tracing, or None when it is off or cannot start: a warning in the log,
+    and through ``say`` (the daemon's stderr, when its log does not echo there), never a
+    refusal to boot: telemetry is not what the colony is for."""
+
+    def warn(event: str, detail: str) -> None:
+        log.warning(event, detail=detail)
+        if say is not None:
+            say(detail)
+
     try:
         settings = resolve(config, env)
     except SettingsError as exc:
-        _warn(log, "telemetry_off", str(exc))
+        warn("telemetry_off", str(exc))
         return None
     if settings is None:
         return None
     try:
         provider = _provider(settings)
     except ImportError as exc:
-        _warn(
-            log,
+        warn(
             "telemetry_unavailable",
             f"tracing was asked for but {exc.name or 'the OpenTelemetry SDK'} is not "
             "installed; install the otel extra (pip install 'colony-daemon[otel]'); the "
@@ -115,7 +125,7 @@ def open_tracing(
         )
         return None
     except _Unknown as exc:
-        _warn(log, "telemetry_off", str(exc))
+        warn("telemetry_off", str(exc))
         return None
     log.info(
         "telemetry_on",
@@ -165,21 +175,13 @@ def _exporter(settings: Settings) -> SpanExporter:
             f"OTEL_TRACES_EXPORTER={name}: the colony knows {known}; the colony runs untraced"
         )
     headers = settings.headers or None
-    if settings.protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-            OTLPSpanExporter as GrpcExporter,
-        )
-
-        return GrpcExporter(endpoint=settings.endpoint, headers=headers)
+    if settings.protocol == "grpc":  # another package, not in the otel extra
+        grpc = importlib.import_module("opentelemetry.exporter.otlp.proto.grpc.trace_exporter")
+        exporter: SpanExporter = grpc.OTLPSpanExporter(endpoint=settings.endpoint, headers=headers)
+        return exporter
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     endpoint = settings.endpoint
     if endpoint is not None:
         endpoint = endpoint.rstrip("/") + "/v1/traces"
     return OTLPSpanExporter(endpoint=endpoint, headers=headers)
-
-
-def _warn(log: Logger, event: str, detail: str) -> None:
-    log.warning(event, detail=detail)
-    sys.stderr.write(f"meclaw: warning: {detail}\n")
-    sys.stderr.flush()

@@ -156,9 +156,7 @@ class SpanMaker:
             span.set_status(Status(StatusCode.ERROR, h.error or "error"))
         span.end(end_time=end)
 
-    def _tool(
-        self, h: Handled, trace_id: int, parent: int, start: int, logs: list[LogRow]
-    ) -> None:
+    def _tool(self, h: Handled, trace_id: int, parent: int, start: int, logs: list[LogRow]) -> None:
         hop = next(
             (r.message.hop for r in logs if isinstance(r.message.hop.get("operation"), str)), None
         )
