@@ -31,6 +31,8 @@
     │                           ValueError (colony.api_models)
     ├── BodyTimeout             a request body that did not arrive in time (colony.httpguard)
     ├── RenderError             the SVG picture could not be drawn (colony.dot)
+    ├── SettingsError           an ``OTEL_*`` variable the colony cannot follow; also a
+    │                           ValueError (colony.telemetry.settings)
     └── IngressRefused          a message from outside refused at a door (colony.ingress)
 
 A class that callers (or the standard library) catch as a builtin keeps that builtin as a

@@ -14,14 +14,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from colony.config.models import TelemetryConfig
+from colony.errors import ColonyError
 
 _ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 _PROTOCOLS = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
 _HEADERS = ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")
 
 
-class SettingsError(ValueError):
+class SettingsError(ColonyError, ValueError):
     """An ``OTEL_*`` variable the colony cannot follow (named, with the fix)."""
+
+    code = "telemetry_settings"
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,10 @@ extra that is asked to trace says so once (log and stderr) and runs untraced.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
+import logging
+import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -51,15 +54,20 @@ def unregister_exporter(name: str) -> None:
 class Tracing:
     """A colony's live tracing: the provider, and the hooks it hung on the colony."""
 
-    def __init__(self, provider: TracerProvider, settings: Settings) -> None:
+    def __init__(
+        self, provider: TracerProvider, exporter: SpanExporter, settings: Settings, log: Logger
+    ) -> None:
         from colony.telemetry.spans import FixedIds, SpanMaker
 
         self.provider = provider
+        self.exporter = exporter
         self.settings = settings
+        self.log = log
         fixed = provider.id_generator
         assert isinstance(fixed, FixedIds)
         self.spans = SpanMaker(provider.get_tracer(SCOPE), fixed)  # type: ignore[arg-type]
         self._colony: Colony | None = None
+        self._sdk_log = _SdkLog(log)
         bound = 2**56 if settings.ratio >= 1.0 else int(settings.ratio * 2**56)
         follow = settings.follow_caller
 
@@ -72,15 +80,19 @@ class Tracing:
         self.decide: ids.Decide = decide
 
     def attach(self, colony: Colony) -> None:
-        """Hang the span maker on ``colony``'s hand-offs and handling starts."""
+        """Hang the span maker on ``colony``'s hand-offs and handling starts, and take the
+        SDK's own complaints (an export that failed) into the colony's log."""
         self._colony = colony
         ids.register(self.decide)
         colony.events.taps.append(self.spans)
         colony.events.began_hooks.append(ids.begin)
+        self._sdk_log.hook()
 
     async def close(self) -> None:
-        """Unhook, then flush what is batched and shut the exporter down (off the loop: an
-        export is a blocking HTTP request)."""
+        """Unhook, then flush what is batched and shut the exporter down, on a thread of its
+        own (an export is a blocking HTTP request). A receiver that does not take the last
+        spans within :data:`STOP_FLUSH_S` (down, or slow) does not hold the stop up: the
+        exporter's retries are cut short and those spans are dropped, said in the log."""
         colony = self._colony
         if colony is not None:
             if self.spans in colony.events.taps:
@@ -88,7 +100,67 @@ class Tracing:
             if ids.begin in colony.events.began_hooks:
                 colony.events.began_hooks.remove(ids.begin)
         ids.unregister(self.decide)
-        await asyncio.to_thread(self.provider.shutdown)
+        loop = asyncio.get_running_loop()
+        stopped: asyncio.Future[None] = loop.create_future()
+
+        def stop() -> None:
+            try:
+                self.provider.shutdown()
+            finally:
+                self._sdk_log.unhook()
+                with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+                    loop.call_soon_threadsafe(_settle, stopped)
+
+        # A daemon thread, not the loop's executor: an interpreter exiting never waits for it.
+        threading.Thread(target=stop, name="colony-telemetry-stop", daemon=True).start()
+        try:
+            await asyncio.wait_for(asyncio.shield(stopped), STOP_FLUSH_S)
+        except TimeoutError:
+            self.log.warning(
+                "telemetry_flush_cut",
+                detail=f"the span receiver did not take the last spans within "
+                f"{STOP_FLUSH_S:g} s; they were dropped",
+            )
+            self._sdk_log.quiet = True  # (the SDK's own account of the cut: said above)
+            self.exporter.shutdown()  # ends the retries the export thread sleeps in
+
+
+STOP_FLUSH_S = 3.0
+"""How long a stopping colony waits for its last spans to be taken."""
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class _SdkLog(logging.Handler):
+    """The OpenTelemetry SDK's log records (``logging``), as colony log lines
+    (``telemetry_sdk``), instead of Python's last-resort print to the terminal."""
+
+    def __init__(self, log: Logger) -> None:
+        super().__init__(logging.WARNING)
+        self._log = log
+        self._logger = logging.getLogger("opentelemetry")
+        self._propagate = self._logger.propagate
+        self.quiet = False
+
+    def hook(self) -> None:
+        self._logger.addHandler(self)
+        self._logger.propagate = False
+
+    def unhook(self) -> None:
+        self._logger.removeHandler(self)
+        self._logger.propagate = self._propagate
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.quiet:
+            return
+        level = "error" if record.levelno >= logging.ERROR else "warning"
+        with contextlib.suppress(Exception):  # a log line must never break an export
+            getattr(self._log, level)(
+                "telemetry_sdk", logger=record.name, detail=self.format(record)
+            )
 
 
 def open_tracing(
@@ -115,7 +187,7 @@ def open_tracing(
     if settings is None:
         return None
     try:
-        provider = _provider(settings)
+        provider, exporter = _provider(settings)
     except ImportError as exc:
         warn(
             "telemetry_unavailable",
@@ -133,14 +205,14 @@ def open_tracing(
         protocol=settings.protocol if settings.exporter == "otlp" else None,
         ratio=settings.ratio,
     )
-    return Tracing(provider, settings)
+    return Tracing(provider, exporter, settings, log)
 
 
 class _Unknown(Exception):
     """An exporter name nobody registered."""
 
 
-def _provider(settings: Settings) -> TracerProvider:
+def _provider(settings: Settings) -> tuple[TracerProvider, SpanExporter]:
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -158,7 +230,7 @@ def _provider(settings: Settings) -> TracerProvider:
     # makes is one to record.
     provider = TracerProvider(resource=resource, sampler=ALWAYS_ON, id_generator=FixedIds())
     provider.add_span_processor(BatchSpanProcessor(exporter))
-    return provider
+    return provider, exporter
 
 
 def _exporter(settings: Settings) -> SpanExporter:
