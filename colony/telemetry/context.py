@@ -22,7 +22,6 @@ cells import this module whether or not the ``otel`` extra is installed.
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -70,11 +69,16 @@ def trace_id_of(colony_trace: str) -> int:
 
 
 def derived_trace_id(colony_trace: str) -> int:
-    try:
-        value = uuid.UUID(colony_trace).int
-    except ValueError:
-        value = 0
-    return value or int.from_bytes(blake2b(colony_trace.encode(), digest_size=16).digest()) or 1
+    if len(colony_trace) == 36:  # a UUID's text: its 128 bits (parsed without uuid.UUID)
+        digits = colony_trace.replace("-", "")
+        if len(digits) == 32:
+            try:
+                value = int(digits, 16)
+            except ValueError:
+                value = 0
+            if 0 < value < 2**128:
+                return value
+    return int.from_bytes(blake2b(colony_trace.encode(), digest_size=16).digest()) or 1
 
 
 def span_id_of(message_id: str, part: str = "") -> int:
@@ -118,11 +122,14 @@ def join(colony_trace: str, traceparent: str | None) -> None:
     _remote[colony_trace] = remote
 
 
-def sampled(colony_trace: str) -> bool:
-    """Whether the colony trace is recorded (the first live tracing's sampler decides)."""
+def sampled(colony_trace: str, trace_id: int | None = None) -> bool:
+    """Whether the colony trace is recorded (the first live tracing's sampler decides);
+    ``trace_id``: its OTel trace id, when the caller has it already."""
     if not _sampler:
         return False
-    return _sampler[0](trace_id_of(colony_trace), _remote.get(colony_trace))
+    if trace_id is None:
+        trace_id = trace_id_of(colony_trace)
+    return _sampler[0](trace_id, _remote.get(colony_trace))
 
 
 def begin(message: Envelope) -> None:

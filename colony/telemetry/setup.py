@@ -3,10 +3,10 @@
 :func:`open_tracing` reads ``colony.json`` ``telemetry`` and the ``OTEL_*`` variables
 (:mod:`colony.telemetry.settings`); when tracing is off it returns None and nothing is
 registered anywhere, so a colony without telemetry pays nothing. When it is on it builds the
-SDK's tracer provider (its own, never the process-wide one) with a batch span processor in
-front of the exporter, hangs a :class:`colony.telemetry.spans.SpanMaker` on the colony's
-hand-off taps and the handling-begins hook, and :meth:`Tracing.close` flushes and shuts it
-down at stop. The SDK is imported only here and only then: a daemon without the ``otel``
+SDK's batch span processor in front of the exporter (the colony's own, never the
+process-wide tracer provider), hangs a :class:`colony.telemetry.spans.SpanMaker` on the
+colony's hand-off taps and the handling-begins hook, and :meth:`Tracing.close` flushes and
+shuts it down at stop. The SDK is imported only here and only then: a daemon without the ``otel``
 extra that is asked to trace says so once (log and stderr) and runs untraced.
 """
 
@@ -26,10 +26,11 @@ from colony.telemetry import context as ids
 from colony.telemetry.settings import Settings, SettingsError, resolve
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import SpanProcessor
     from opentelemetry.sdk.trace.export import SpanExporter
 
     from colony.colony import Colony
+    from colony.telemetry.spans import SpanMaker
 
 ExporterFactory = Callable[[Settings], "SpanExporter"]
 
@@ -52,20 +53,21 @@ def unregister_exporter(name: str) -> None:
 
 
 class Tracing:
-    """A colony's live tracing: the provider, and the hooks it hung on the colony."""
+    """A colony's live tracing: the span pipeline, and the hooks it hung on the colony."""
 
     def __init__(
-        self, provider: TracerProvider, exporter: SpanExporter, settings: Settings, log: Logger
+        self,
+        processor: SpanProcessor,
+        exporter: SpanExporter,
+        spans: SpanMaker,
+        settings: Settings,
+        log: Logger,
     ) -> None:
-        from colony.telemetry.spans import FixedIds, SpanMaker
-
-        self.provider = provider
+        self.processor = processor
         self.exporter = exporter
+        self.spans = spans
         self.settings = settings
         self.log = log
-        fixed = provider.id_generator
-        assert isinstance(fixed, FixedIds)
-        self.spans = SpanMaker(provider.get_tracer(SCOPE), fixed)  # type: ignore[arg-type]
         self._colony: Colony | None = None
         self._sdk_log = _SdkLog(log)
         bound = 2**56 if settings.ratio >= 1.0 else int(settings.ratio * 2**56)
@@ -83,6 +85,7 @@ class Tracing:
         """Hang the span maker on ``colony``'s hand-offs and handling starts, and take the
         SDK's own complaints (an export that failed) into the colony's log."""
         self._colony = colony
+        self.spans.hives = colony.hives
         ids.register(self.decide)
         colony.events.taps.append(self.spans)
         colony.events.began_hooks.append(ids.begin)
@@ -105,7 +108,7 @@ class Tracing:
 
         def stop() -> None:
             try:
-                self.provider.shutdown()
+                self.processor.shutdown()
             finally:
                 self._sdk_log.unhook()
                 with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
@@ -187,7 +190,7 @@ def open_tracing(
     if settings is None:
         return None
     try:
-        provider, exporter = _provider(settings)
+        processor, exporter, spans = _pipeline(settings)
     except ImportError as exc:
         warn(
             "telemetry_unavailable",
@@ -205,32 +208,29 @@ def open_tracing(
         protocol=settings.protocol if settings.exporter == "otlp" else None,
         ratio=settings.ratio,
     )
-    return Tracing(provider, exporter, settings, log)
+    return Tracing(processor, exporter, spans, settings, log)
 
 
 class _Unknown(Exception):
     """An exporter name nobody registered."""
 
 
-def _provider(settings: Settings) -> tuple[TracerProvider, SpanExporter]:
+def _pipeline(settings: Settings) -> tuple[SpanProcessor, SpanExporter, SpanMaker]:
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-    from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-    from colony.telemetry.spans import FixedIds
+    from colony.telemetry.spans import SpanMaker
 
     exporter = _exporter(settings)
     extra: dict[str, Any] = {}
     if settings.service_name is not None:
         extra[SERVICE_NAME] = settings.service_name
-    # Resource.create reads OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME itself.
+    # Resource.create reads OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME itself; the batch
+    # processor its OTEL_BSP_* variables.
     resource = Resource.create(extra)
-    # The colony samples by trace itself (colony.telemetry.context.sampled): a span it
-    # makes is one to record.
-    provider = TracerProvider(resource=resource, sampler=ALWAYS_ON, id_generator=FixedIds())
-    provider.add_span_processor(BatchSpanProcessor(exporter))
-    return provider, exporter
+    processor = BatchSpanProcessor(exporter)
+    return processor, exporter, SpanMaker(processor, resource, InstrumentationScope(SCOPE))
 
 
 def _exporter(settings: Settings) -> SpanExporter:

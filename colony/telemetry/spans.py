@@ -2,8 +2,11 @@
 
 :class:`SpanMaker` is a tap (:attr:`colony.events.Events.taps`): it gets every hand-off's
 :class:`colony.effects.Effects` once it was carried out, and turns the handling that caused
-it into spans with the explicit start and end times the record holds, so neither the router
-nor the runner does anything for telemetry. One hand-off makes:
+it into finished spans (the SDK's ``ReadableSpan``, with the start and end times the record
+holds) for the span processor, so neither the router nor the runner does anything for
+telemetry, and no live span is ever opened: the SDK's tracer would cost three times as much
+per span, for bookkeeping (sampling, limits, locks) the colony does once per trace. One
+hand-off makes:
 
 * the handling span (``handle <cell path>``, INTERNAL): cell path and type, message id,
   TTL, outcome (an ``error``, ``crashed``, ``timed_out`` or ``refused`` outcome sets the
@@ -24,11 +27,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.sdk.trace import Tracer
-from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from colony.effects import Effects, Handled, LogRow
 from colony.telemetry import context as ids
@@ -44,52 +46,46 @@ _MS = 1_000_000
 _ROOT = 0
 """A routed message whose handling has no colony parent (it came from outside)."""
 _FAILED = frozenset({"error", "crashed", "timed_out", "refused"})
-
-
-class FixedIds(IdGenerator):
-    """Hands the SDK the span (and root trace) id the colony derived for the next span."""
-
-    def __init__(self) -> None:
-        self.span_id = 0
-        self.trace_id = 0
-        self._random = RandomIdGenerator()
-
-    def generate_span_id(self) -> int:
-        span_id, self.span_id = self.span_id, 0
-        return span_id or self._random.generate_span_id()
-
-    def generate_trace_id(self) -> int:
-        trace_id, self.trace_id = self.trace_id, 0
-        return trace_id or self._random.generate_trace_id()
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_UNSET = Status(StatusCode.UNSET)
 
 
 class SpanMaker:
     """Turns committed hand-offs into spans (a tap; see the module docstring)."""
 
-    def __init__(self, tracer: Tracer, fixed: FixedIds) -> None:
-        self._tracer = tracer
-        self._fixed = fixed
+    def __init__(
+        self, processor: SpanProcessor, resource: Resource, scope: InstrumentationScope
+    ) -> None:
+        self._processor = processor
+        self._resource = resource
+        self._scope = scope
         self._routed: dict[str, tuple[int, int]] = {}
         """message id → (span id of the handling that routed it, or _ROOT; its TTL)."""
+        self.hives: frozenset[str] = frozenset()
+        """The colony's hives: a row into one is a transit, never handled (not remembered)."""
 
     def __call__(self, fx: Effects) -> None:
         handled = fx.handled
-        parent = _ROOT if handled is None else ids.span_id_of(handled.message_id)
+        by = _ROOT if handled is None else ids.span_id_of(handled.message_id)
         routed = self._routed
+        hives = self.hives
         for row in fx.logs:
-            routed[row.message.id] = (parent, row.ttl)
+            if row.to_path not in hives:
+                routed[row.message.id] = (by, row.ttl)
         while len(routed) > ROUTED_LIMIT:
             del routed[next(iter(routed))]
-        if handled is not None and ids.sampled(handled.trace_id):
-            self._handling(handled, fx.logs)
+        if handled is not None:
+            trace_id = ids.trace_id_of(handled.trace_id)
+            if ids.sampled(handled.trace_id, trace_id):
+                self._handling(handled, trace_id, by, fx.logs)
 
-    def _handling(self, h: Handled, logs: list[LogRow]) -> None:
-        trace_id = ids.trace_id_of(h.trace_id)
-        span_id = ids.span_id_of(h.message_id)
+    def _handling(self, h: Handled, trace_id: int, span_id: int, logs: list[LogRow]) -> None:
         parent, ttl = self._routed.pop(h.message_id, (_ROOT, -1))
+        caller = False
         if parent == _ROOT:
             remote = ids.remote_of(h.trace_id)
-            parent = remote.span_id if remote is not None else _ROOT
+            if remote is not None:
+                parent, caller = remote.span_id, True
         start = h.started_ms * _MS
         end = start + h.duration_ms * _MS
         attributes: dict[str, Any] = {
@@ -101,13 +97,22 @@ class SpanMaker:
         }
         if ttl >= 0:
             attributes["colony.message.ttl"] = ttl
-        span = self._start(
-            f"handle {h.cell}", trace_id, span_id, parent, SpanKind.INTERNAL, attributes, start
-        )
+        status = _UNSET
         if h.outcome in _FAILED:
-            span.set_status(Status(StatusCode.ERROR, h.error or h.outcome))
-            span.set_attribute("error.type", h.outcome)
-        span.end(end_time=end)
+            status = Status(StatusCode.ERROR, h.error or h.outcome)
+            attributes["error.type"] = h.outcome
+        self._emit(
+            f"handle {h.cell}",
+            trace_id,
+            span_id,
+            parent,
+            SpanKind.INTERNAL,
+            attributes,
+            start,
+            end,
+            status,
+            caller,
+        )
         if h.model is not None:
             self._llm(h, trace_id, span_id, end, logs)
         elif h.cell_type in TOOL_CELLS:
@@ -142,8 +147,12 @@ class SpanMaker:
         reason = hop.get("finish_reason")
         if isinstance(reason, str):
             attributes["gen_ai.response.finish_reasons"] = (reason,)
+        status = _UNSET
+        if h.outcome == "error":
+            status = Status(StatusCode.ERROR, h.error or "error")
+            attributes["error.type"] = hop.get("error_code") or "error"
         latency = h.llm_latency_ms if h.llm_latency_ms is not None else h.duration_ms
-        span = self._start(
+        self._emit(
             f"chat {h.model}",
             trace_id,
             ids.span_id_of(h.message_id, "/llm"),
@@ -151,10 +160,9 @@ class SpanMaker:
             SpanKind.CLIENT,
             attributes,
             end - min(latency, h.duration_ms) * _MS,
+            end,
+            status,
         )
-        if h.outcome == "error":
-            span.set_status(Status(StatusCode.ERROR, h.error or "error"))
-        span.end(end_time=end)
 
     def _tool(self, h: Handled, trace_id: int, parent: int, start: int, logs: list[LogRow]) -> None:
         hop = next(
@@ -166,12 +174,17 @@ class SpanMaker:
             "http.request.method": "GET",
             "colony.tool.operation": hop["operation"],
         }
-        status = hop.get("http_status")
-        if isinstance(status, int):
-            attributes["http.response.status_code"] = status
+        code = hop.get("http_status")
+        if isinstance(code, int):
+            attributes["http.response.status_code"] = code
+        status = _UNSET
+        if hop.get("finish_reason") == "error" or (isinstance(code, int) and code >= 400):
+            error = hop.get("error_code")
+            attributes["error.type"] = error if isinstance(error, str) else str(code)
+            status = Status(StatusCode.ERROR)
         duration = hop.get("duration_ms")
         took = duration if isinstance(duration, int) else h.duration_ms
-        span = self._start(
+        self._emit(
             "GET",
             trace_id,
             ids.span_id_of(h.message_id, "/http"),
@@ -179,15 +192,11 @@ class SpanMaker:
             SpanKind.CLIENT,
             attributes,
             start,
+            start + took * _MS,
+            status,
         )
-        failed = hop.get("finish_reason") == "error" or (isinstance(status, int) and status >= 400)
-        if failed:
-            code = hop.get("error_code")
-            span.set_attribute("error.type", code if isinstance(code, str) else str(status))
-            span.set_status(Status(StatusCode.ERROR))
-        span.end(end_time=start + took * _MS)
 
-    def _start(
+    def _emit(
         self,
         name: str,
         trace_id: int,
@@ -196,18 +205,22 @@ class SpanMaker:
         kind: SpanKind,
         attributes: dict[str, Any],
         start: int,
-    ) -> trace.Span:
-        fixed = self._fixed
-        fixed.span_id = span_id
-        if parent == _ROOT:
-            fixed.trace_id = trace_id
-            context = Context()  # a root: never under whatever span happens to be current
-        else:
-            above = SpanContext(trace_id, parent, is_remote=True, trace_flags=_SAMPLED)
-            context = trace.set_span_in_context(NonRecordingSpan(above))
-        return self._tracer.start_span(
-            name, context=context, kind=kind, attributes=attributes, start_time=start
+        end: int,
+        status: Status,
+        caller: bool = False,
+    ) -> None:
+        """Hand one finished span to the processor (``caller``: its parent is the span of
+        the request that started the trace, a remote one)."""
+        span = ReadableSpan(
+            name,
+            SpanContext(trace_id, span_id, False, _SAMPLED),
+            None if parent == _ROOT else SpanContext(trace_id, parent, caller, _SAMPLED),
+            self._resource,
+            attributes,
+            kind=kind,
+            status=status,
+            start_time=start,
+            end_time=end,
+            instrumentation_scope=self._scope,
         )
-
-
-_SAMPLED = trace.TraceFlags(trace.TraceFlags.SAMPLED)
+        self._processor.on_end(span)
