@@ -140,7 +140,7 @@ class TelemetryConfig(BaseModel):
     enabled: bool = True
     """False turns tracing off even when ``OTEL_*`` variables are set."""
     exporter: Literal["otlp", "console"] = "otlp"
-    """Where spans go: ``otlp`` (an OTLP receiver) or ``console`` (stdout, for a look).
+    """Where spans go: ``otlp`` (an OTLP receiver) or ``console`` (stderr, for a look).
     ``OTEL_TRACES_EXPORTER`` wins."""
     protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"
     """The OTLP wire (``grpc`` needs opentelemetry-exporter-otlp-proto-grpc).

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import importlib
 import logging
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -240,7 +241,8 @@ def _exporter(settings: Settings) -> SpanExporter:
     if name == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
-        return ConsoleSpanExporter()
+        # stderr: stdout may be the stdio bridge's channel, or the log's (--log -)
+        return ConsoleSpanExporter(out=sys.stderr)
     if name != "otlp":
         known = ", ".join(sorted({"otlp", "console", *_exporters}))
         raise _Unknown(
