@@ -86,7 +86,6 @@ class Tracing:
         """Hang the span maker on ``colony``'s hand-offs and handling starts, and take the
         SDK's own complaints (an export that failed) into the colony's log."""
         self._colony = colony
-        self.spans.hives = colony.hives
         ids.register(self.decide)
         colony.events.taps.append(self.spans)
         colony.events.began_hooks.append(ids.begin)

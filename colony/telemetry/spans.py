@@ -17,9 +17,10 @@ hand-off makes:
   call, from the ``http_status`` and ``duration_ms`` the cell's hop reports.
 
 Parentage: the handling of message M is a child of the handling whose hand-off routed M
-(remembered here from that hand-off's message-log rows, across hive transits); a message the
-colony was sent from outside has no parent, or the caller's span when it came with a
-``traceparent``. Span ids are derived (:mod:`colony.telemetry.context`), so the ids here
+(remembered here from that hand-off's deliveries, which hive transits do not break) until M is
+handled; a message the colony was sent from outside has no parent, or the caller's span when
+it came with a ``traceparent``. A message redelivered after a restart starts a root span of
+its own, in the same trace. Span ids are derived (:mod:`colony.telemetry.context`), so the ids here
 match the ``traceparent`` a cell sent while the handling ran.
 """
 
@@ -32,7 +33,8 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from colony.effects import Effects, Handled, LogRow
+from colony.effects import Effects, Handled
+from colony.envelope import Envelope
 from colony.telemetry import context as ids
 
 ROUTED_LIMIT = 100_000
@@ -61,25 +63,22 @@ class SpanMaker:
         self._scope = scope
         self._routed: dict[str, tuple[int, int]] = {}
         """message id → (span id of the handling that routed it, or _ROOT; its TTL)."""
-        self.hives: frozenset[str] = frozenset()
-        """The colony's hives: a row into one is a transit, never handled (not remembered)."""
 
     def __call__(self, fx: Effects) -> None:
         handled = fx.handled
         by = _ROOT if handled is None else ids.span_id_of(handled.message_id)
         routed = self._routed
-        hives = self.hives
-        for row in fx.logs:
-            if row.to_path not in hives:
-                routed[row.message.id] = (by, row.ttl)
+        for delivery in fx.deliveries:  # into a cell's mailbox: a handling to come
+            message = delivery.message
+            routed[message.id] = (by, message.ttl)
         while len(routed) > ROUTED_LIMIT:
             del routed[next(iter(routed))]
         if handled is not None:
             trace_id = ids.trace_id_of(handled.trace_id)
             if ids.sampled(handled.trace_id, trace_id):
-                self._handling(handled, trace_id, by, fx.logs)
+                self._handling(handled, trace_id, by, _emitted(fx))
 
-    def _handling(self, h: Handled, trace_id: int, span_id: int, logs: list[LogRow]) -> None:
+    def _handling(self, h: Handled, trace_id: int, span_id: int, logs: list[Envelope]) -> None:
         parent, ttl = self._routed.pop(h.message_id, (_ROOT, -1))
         caller = False
         if parent == _ROOT:
@@ -118,11 +117,10 @@ class SpanMaker:
         elif h.cell_type in TOOL_CELLS:
             self._tool(h, trace_id, span_id, start, logs)
 
-    def _llm(self, h: Handled, trace_id: int, parent: int, end: int, logs: list[LogRow]) -> None:
+    def _llm(self, h: Handled, trace_id: int, parent: int, end: int, logs: list[Envelope]) -> None:
         hop: dict[str, Any] = {}
         meta: dict[str, Any] = {}
-        for row in logs:
-            message = row.message
+        for message in logs:
             if message.hop.get("model") == h.model:
                 hop = message.hop
                 body = message.body
@@ -164,10 +162,10 @@ class SpanMaker:
             status,
         )
 
-    def _tool(self, h: Handled, trace_id: int, parent: int, start: int, logs: list[LogRow]) -> None:
-        hop = next(
-            (r.message.hop for r in logs if isinstance(r.message.hop.get("operation"), str)), None
-        )
+    def _tool(
+        self, h: Handled, trace_id: int, parent: int, start: int, logs: list[Envelope]
+    ) -> None:
+        hop = next((m.hop for m in logs if isinstance(m.hop.get("operation"), str)), None)
         if hop is None:
             return
         attributes: dict[str, Any] = {
@@ -224,3 +222,11 @@ class SpanMaker:
             instrumentation_scope=self._scope,
         )
         self._processor.on_end(span)
+
+
+def _emitted(fx: Effects) -> list[Envelope]:
+    """The messages a handling's hand-off routed, to read its emission's hop: the message-log
+    rows, or the deliveries in a colony that keeps no message log."""
+    if fx.logs:
+        return [row.message for row in fx.logs]
+    return [delivery.message for delivery in fx.deliveries]

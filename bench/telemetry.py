@@ -1,0 +1,142 @@
+"""What OpenTelemetry tracing costs a hand-off: the routing benchmark's colony with tracing off,
+on with spans thrown away, and on exporting over OTLP/HTTP to a receiver on loopback.
+
+The colony is bench/routing.py's (a root hive, a chain of hives with CEL doors, a capture cell
+at the end: each message is six routing decisions and one handling, so one span), with the
+journal and the message log on, as a daemon runs. The modes, interleaved in every repeat so the
+machine's drift hits them alike:
+
+* **off**: no ``telemetry`` block, no ``OTEL_*`` variable: nothing is hooked (the figure
+  every other benchmark measures);
+* **on, discarded**: spans are made and batched, and the exporter drops them: the cost on the
+  event loop (colony/telemetry/spans.py) alone;
+* **on, sampled out**: ``sample_ratio`` 0: what an unrecorded trace costs;
+* **on, OTLP/HTTP**: spans encoded and sent to a receiver in another process (which reads and
+  drops them): the whole cost, the SDK's encoding on its export thread included (it holds the
+  GIL the event loop needs).
+
+The span queue is made large enough (``OTEL_BSP_MAX_QUEUE_SIZE``) that no span is dropped and
+every one is paid for.
+
+    python bench/telemetry.py [--messages N] [--repeats R] [--loop asyncio|uvloop|both]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from _loops import add_loop_argument, per_loop
+from _table import record
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from routing import build_tree
+
+from colony.telemetry.setup import register_exporter
+from colony.testing import ColonyHarness
+
+DEPTH = 4
+RECEIVER = (
+    "import sys\n"
+    "from aiohttp import web\n"
+    "async def traces(request):\n"
+    "    await request.read()\n"
+    "    return web.Response(body=b'', content_type='application/x-protobuf')\n"
+    "app = web.Application(client_max_size=2**26)\n"
+    "app.router.add_post('/v1/traces', traces)\n"
+    "web.run_app(app, host='127.0.0.1', port=int(sys.argv[1]), print=None)\n"
+)
+"""The OTLP/HTTP receiver: takes every export and throws it away, in a process of its own."""
+
+
+class Discard(SpanExporter):
+    """Takes every batch and keeps nothing (counts the spans, to check none was lost)."""
+
+    def __init__(self) -> None:
+        self.spans = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.spans += len(spans)
+        return SpanExportResult.SUCCESS
+
+
+MODES: dict[str, dict[str, str] | None] = {
+    "off": None,
+    "on, discarded": {"OTEL_TRACES_EXPORTER": "discard"},
+    "on, sampled out": {"OTEL_TRACES_EXPORTER": "discard", "OTEL_TRACES_SAMPLER": "always_off"},
+    "on, OTLP/HTTP": {"OTEL_TRACES_EXPORTER": "otlp"},
+}
+"""(label, the ``OTEL_*`` variables the mode sets; None: none at all)."""
+
+
+async def per_message(tree: Path, messages: int, env: dict[str, str] | None) -> float:
+    """Microseconds of wall time per message through the colony (its hand-offs settled)."""
+    for name in [n for n in os.environ if n.startswith("OTEL_")]:
+        del os.environ[name]
+    os.environ.update(env or {})
+    if env is not None:
+        os.environ["OTEL_BSP_MAX_QUEUE_SIZE"] = str(messages * 2)
+    body = {"messages": [{"origin": "user", "type": "text", "text": "ping"}]}
+    async with ColonyHarness(tree, capture=["/sink"], log_level="info") as colony:
+        assert bool(colony.colony.events.taps) == (env is not None)
+        start = time.perf_counter()
+        for _ in range(messages):
+            await colony.send("/", body, hop={"route": "fire"}, context={"iter": "0"})
+        await colony.settle(timeout=600)
+        elapsed = time.perf_counter() - start
+        assert len(colony.captured("/sink")) == messages
+    return elapsed / messages * 1e6
+
+
+async def main(messages: int, repeats: int, loop: str) -> None:
+    discard = Discard()
+    register_exporter("discard", lambda settings: discard)
+    port = 14000 + os.getpid() % 1000
+    receiver = await asyncio.create_subprocess_exec(sys.executable, "-c", RECEIVER, str(port))
+    MODES["on, OTLP/HTTP"] = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"}
+    try:
+        await asyncio.sleep(1.0)  # the receiver listens
+        times: dict[str, list[float]] = {label: [] for label in MODES}
+        with tempfile.TemporaryDirectory() as tmp:
+            tree = build_tree(Path(tmp) / "tree", DEPTH)
+            for _ in range(repeats):
+                for label, env in MODES.items():
+                    times[label].append(await per_message(tree, messages, env))
+    finally:
+        receiver.kill()
+        await receiver.wait()
+        for name in [n for n in os.environ if n.startswith("OTEL_")]:
+            del os.environ[name]
+    kept = repeats * messages  # the discarded mode's spans, one per message
+    assert discard.spans == kept, f"{discard.spans} spans reached the exporter, not {kept}"
+    off = statistics.median(times["off"])
+    print(f"{messages} messages x {DEPTH + 2} decisions and 1 handling (1 span), {repeats} repeats")
+    for label, values in times.items():
+        took = statistics.median(values)
+        extra = f"{took / off:4.2f}x off, {took - off:+6.1f} µs"
+        print(f"  {label:<16}: {took:7.1f} µs a message  ({extra})")
+        record(
+            "telemetry",
+            f"message, tracing {label}",
+            took,
+            "µs",
+            loop=loop,
+            floor=off,
+            floor_label="the same message, tracing off",
+        )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=5)
+    add_loop_argument(parser)
+    args = parser.parse_args()
+    raise SystemExit(per_loop(args.loop, lambda loop: main(args.messages, args.repeats, loop)))
