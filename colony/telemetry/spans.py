@@ -26,6 +26,7 @@ match the ``traceparent`` a cell sent while the handling ran.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
@@ -47,6 +48,8 @@ TOOL_CELLS = frozenset({"web_fetch", "web_search"})
 _MS = 1_000_000
 _ROOT = 0
 """A routed message whose handling has no colony parent (it came from outside)."""
+_UNKNOWN = (_ROOT, -1)
+"""Where a message nobody remembers routing sits (redelivered after a restart): a root."""
 _FAILED = frozenset({"error", "crashed", "timed_out", "refused"})
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _UNSET = Status(StatusCode.UNSET)
@@ -61,25 +64,40 @@ class SpanMaker:
         self._processor = processor
         self._resource = resource
         self._scope = scope
-        self._routed: dict[str, tuple[int, int]] = {}
+        self._routed: OrderedDict[str, tuple[int, int]] = OrderedDict()
         """message id → (span id of the handling that routed it, or _ROOT; its TTL)."""
 
     def __call__(self, fx: Effects) -> None:
         handled = fx.handled
-        by = _ROOT if handled is None else ids.span_id_of(handled.message_id)
         routed = self._routed
+        if handled is not None:
+            trace = handled.trace_id
+            above = routed.pop(handled.message_id, _UNKNOWN)
+        elif fx.deliveries:  # an ingress, or a long-running cell's own emission
+            trace = fx.deliveries[0].message.trace_id
+        else:
+            return
+        trace_id = ids.trace_id_of(trace)
+        if not ids.sampled(trace, trace_id):
+            return  # a trace not recorded: nothing remembered, nothing made
+        by = _ROOT if handled is None else ids.span_id_of(handled.message_id)
         for delivery in fx.deliveries:  # into a cell's mailbox: a handling to come
             message = delivery.message
             routed[message.id] = (by, message.ttl)
         while len(routed) > ROUTED_LIMIT:
-            del routed[next(iter(routed))]
+            routed.popitem(last=False)
         if handled is not None:
-            trace_id = ids.trace_id_of(handled.trace_id)
-            if ids.sampled(handled.trace_id, trace_id):
-                self._handling(handled, trace_id, by, _emitted(fx))
+            self._handling(handled, trace_id, by, above, _emitted(fx))
 
-    def _handling(self, h: Handled, trace_id: int, span_id: int, logs: list[Envelope]) -> None:
-        parent, ttl = self._routed.pop(h.message_id, (_ROOT, -1))
+    def _handling(
+        self,
+        h: Handled,
+        trace_id: int,
+        span_id: int,
+        above: tuple[int, int],
+        logs: list[Envelope],
+    ) -> None:
+        parent, ttl = above
         caller = False
         if parent == _ROOT:
             remote = ids.remote_of(h.trace_id)
