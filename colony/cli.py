@@ -624,6 +624,25 @@ def trace(
     console.print(trace_tree(record))
 
 
+@app.command("prune")
+def prune(
+    ctx: typer.Context,
+    root: RootOption = Path("."),
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Count what would be deleted; delete nothing.")
+    ] = False,
+) -> None:
+    """Delete the record past colony.json retention now (message log, handling rows, dead
+    letters, ingress keys), in bounded batches; safe beside a running daemon."""
+    from colony.prune import PruneError, command
+
+    root = _root_of(ctx, root)
+    try:
+        command(root, _database(root), dry_run=dry_run, write=typer.echo)
+    except PruneError as exc:
+        raise _failure(str(exc)) from None
+
+
 @app.command("watch")
 def watch(
     ctx: typer.Context,
