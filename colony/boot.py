@@ -2,9 +2,9 @@
 
 Boot: (the caller loads the tree) → prepare the cell types (warm workers fork before any
 thread exists) → open ``colony.db`` → wire the cells → start them. Exit: the reverse. Every
-task the colony runs (each cell, the storage watch, the watchdog) belongs to one task group
-owned by :func:`open_colony`, so an exception in any of them cancels the block it runs under
-and surfaces from it, instead of vanishing in a task nobody awaits.
+task the colony runs (each cell, the storage watch, the watchdog, the pruner) belongs to one
+task group owned by :func:`open_colony`, so an exception in any of them cancels the block it
+runs under and surfaces from it, instead of vanishing in a task nobody awaits.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from colony.persist.backend import Backend
 from colony.persist.celltables import ColonyTablesHost
 from colony.persist.db import ColonyDb
 from colony.persist.records import read_registry
+from colony.retention import start_pruner
 
 if TYPE_CHECKING:
     from colony.cluster.member import Member
@@ -104,6 +105,7 @@ async def open_colony(
                     return group.create_task(work, name=name)
 
                 membership: asyncio.Task[None] | None = None
+                pruning: asyncio.Task[None] | None = None
                 try:
                     if member is not None:
                         from colony.cluster.carrier import ColonyCarrier
@@ -117,11 +119,13 @@ async def open_colony(
                         await colony.start(spawn)
                     if member is not None:
                         membership = spawn(member.run(carrier), "cluster member")
+                    pruning = start_pruner(db, tree.colony.retention, log, spawn)
                     phase("start")
                     yield colony
                 finally:
-                    if membership is not None:
-                        membership.cancel()
+                    for task in (membership, pruning):
+                        if task is not None:
+                            task.cancel()
                     try:
                         await colony.stop()
                     finally:

@@ -127,7 +127,14 @@ async def run(
     level = log_level or tree.colony.log_default_level
     with RootLease(root, member=member) as lease, _log_stream(log_file) as stream:
         # Direct mode runs in someone's terminal: warnings and errors reach it too.
-        log = file_logger(stream, level, echo=sys.stderr if direct else None)
+        keep = tree.colony.retention  # log.jsonl rotated by size; stdout never
+        log = file_logger(
+            stream,
+            level,
+            echo=sys.stderr if direct else None,
+            max_bytes=0 if log_file == STDOUT else keep.log_file_max_mb * 1_000_000,
+            keep=keep.log_file_keep,
+        )
         for warning in result.diagnostics:  # said on stderr above; kept in the log too
             log.warning(
                 "config_warning",

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from colony.config.models import RetentionConfig
@@ -208,3 +208,15 @@ class Pruner:
                 seconds=round(time.monotonic() - started, 2),
             )
         return counts
+
+
+Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
+
+
+def start_pruner(
+    db: Backend, config: RetentionConfig, log: Logger, spawn: Spawn
+) -> asyncio.Task[None] | None:
+    """The daemon's pruner, as one of the colony's tasks (None when everything is kept)."""
+    if keeps_everything(config):
+        return None
+    return spawn(Pruner(db, config, log).run(), "pruner")
