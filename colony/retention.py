@@ -166,15 +166,15 @@ class Pruner:
         config: RetentionConfig,
         log: Logger,
         *,
-        first: float = FIRST_S,
-        every: float = EVERY_S,
+        first: float | None = None,
+        every: float | None = None,
         batch: int = BATCH,
     ) -> None:
         self.db = db
         self.policy = policy_of(config)
         self.log = log
-        self.first = first
-        self.every = every
+        self.first = FIRST_S if first is None else first
+        self.every = EVERY_S if every is None else every
         self.batch = batch
         self.rounds = 0
         self.deleted: Counter[str] = Counter()
