@@ -31,6 +31,7 @@ from _trees import write_tree
 from colony import retention
 from colony.config.models import RetentionConfig
 from colony.ids import now_ms
+from colony.persist import prune
 from colony.persist.prune import DAY_MS
 from colony.testing import ColonyHarness
 
@@ -77,47 +78,59 @@ async def one(colony: ColonyHarness, delivered: int) -> float:
 
 
 async def repeat(
-    colony: ColonyHarness, rows: int, baseline: int, start: int
-) -> tuple[list[float], list[float], int, float]:
+    colony: ColonyHarness, rows: int, baseline: int, start: int, batch: int
+) -> tuple[list[float], list[float], int, float, list[float]]:
     await insert_old(colony, rows, start)
     await colony.settle()
     before = [await one(colony, len(colony.captured("/sink"))) for _ in range(baseline)]
     db = colony.colony.db
+    delete = retention.through_writer(db)
+    deletes: list[float] = []
+
+    async def timed(target: prune.Target, keys: list[Any]) -> int:
+        start = time.perf_counter()
+        deleted = await delete(target, keys)
+        deletes.append(time.perf_counter() - start)
+        return deleted
+
     began = time.perf_counter()
-    pruning = asyncio.create_task(
-        retention.prune_round(
-            db.source, retention.policy_of(RetentionConfig()), retention.through_writer(db)
-        )
-    )
+    policy = retention.policy_of(RetentionConfig())
+    pruning = asyncio.create_task(retention.prune_round(db.source, policy, timed, batch=batch))
     during = []
     while not pruning.done():
         during.append(await one(colony, len(colony.captured("/sink"))))
     counts, batches = await pruning
     elapsed = time.perf_counter() - began
     assert counts["message_log"] == rows, counts
-    return before, during, batches, elapsed
+    return before, during, batches, elapsed, deletes
 
 
-async def main(rows: int, baseline: int, repeats: int, loop: str) -> None:
+async def main(rows: int, baseline: int, repeats: int, batch: int, loop: str) -> None:
     befores: list[float] = []
+    deletes: list[float] = []
     durings: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         tree = build_tree(Path(tmp) / "tree")
         async with ColonyHarness(tree, capture=["/sink"], log_level="info") as colony:
             for n in range(repeats):
-                before, during, batches, elapsed = await repeat(
-                    colony, rows, baseline, -(n + 1) * rows * 2
+                before, during, batches, elapsed, times = await repeat(
+                    colony, rows, baseline, -(n + 1) * rows * 2, batch
                 )
+                deletes += times
                 befores += before
                 durings += during
                 print(
                     f"repeat {n + 1}: {rows:,} rows pruned in {batches} batches of at most "
-                    f"{retention.BATCH} in {elapsed:.1f} s; {len(during)} messages routed meanwhile"
+                    f"{batch} in {elapsed:.1f} s; {len(during)} messages routed meanwhile"
                 )
     base, under = statistics.median(befores), statistics.median(durings)
     p99_base = statistics.quantiles(befores, n=100)[98]
     p99_under = statistics.quantiles(durings, n=100)[98]
     ratio = under / base
+    print(
+        f"a batch's delete, handed to the writer until committed: median "
+        f"{statistics.median(deletes) * 1e3:.1f} ms, max {max(deletes) * 1e3:.1f} ms"
+    )
     print(f"routing latency, send to delivery ({len(befores)} and {len(durings)} messages):")
     print(f"  without pruning : median {base * 1e3:6.2f} ms, p99 {p99_base * 1e3:6.2f} ms")
     print(f"  during pruning  : median {under * 1e3:6.2f} ms, p99 {p99_under * 1e3:6.2f} ms")
@@ -142,8 +155,11 @@ if __name__ == "__main__":
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--baseline", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=retention.BATCH)
     add_loop_argument(parser)
     args = parser.parse_args()
     raise SystemExit(
-        per_loop(args.loop, lambda loop: main(args.rows, args.baseline, args.repeats, loop))
+        per_loop(
+            args.loop, lambda loop: main(args.rows, args.baseline, args.repeats, args.batch, loop)
+        )
     )

@@ -31,6 +31,7 @@
     │                           ValueError (colony.api_models)
     ├── BodyTimeout             a request body that did not arrive in time (colony.httpguard)
     ├── RenderError             the SVG picture could not be drawn (colony.dot)
+    ├── PruneError              ``meclaw prune`` cannot prune as asked (colony.prune)
     └── IngressRefused          a message from outside refused at a door (colony.ingress)
 
 A class that callers (or the standard library) catch as a builtin keeps that builtin as a
