@@ -87,7 +87,7 @@ async def repeat(
     delete = retention.through_writer(db)
     deletes: list[float] = []
 
-    async def timed(target: prune.Target, keys: list[Any]) -> int:
+    async def timed(target: prune.Prunable, keys: list[Any]) -> int:
         start = time.perf_counter()
         deleted = await delete(target, keys)
         deletes.append(time.perf_counter() - start)

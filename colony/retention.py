@@ -42,7 +42,7 @@ EVERY_S = 300.0
 RECORDS = ("message_log", "handling", "dead_letters", "ingress_keys")
 """What a round reports, in this order."""
 
-Delete = Callable[[prune.Target, list[Any]], Awaitable[int]]
+Delete = Callable[[prune.Prunable, list[Any]], Awaitable[int]]
 """Deletes the rows of a target with these keys; how many went."""
 
 
@@ -61,18 +61,18 @@ def _sql(dialect: str, sql: str) -> str:
     return postgres_sql(sql) if dialect == "postgres" else sql
 
 
-def delete_statement(target: prune.Target, keys: list[Any]) -> tuple[str, tuple[Any, ...]]:
+def delete_statement(target: prune.Prunable, keys: list[Any]) -> tuple[str, tuple[Any, ...]]:
     """Delete these keys, and only while they still match (a staged table's ``rowid`` can
     be given to a newer row once its rows moved, between the find and the delete)."""
     return f"{target.delete(len(keys))} AND {target.where}", (*keys, *target.args)
 
 
-def _plan(source: Source, policy: prune.Policy, now: int) -> list[prune.Target]:
+def _plan(source: Source, policy: prune.Policy, now: int) -> list[prune.Prunable]:
     with source.connect() as session:
         return prune.plan(session, source.dialect.name, policy, now)
 
 
-def _find(source: Source, target: prune.Target, limit: int) -> list[Any]:
+def _find(source: Source, target: prune.Prunable, limit: int) -> list[Any]:
     with source.connect() as session:
         return prune.find(session, target, limit)
 
@@ -107,7 +107,7 @@ def through_writer(db: Backend) -> Delete:
     """Deletes handed to the colony's writer, awaited until committed."""
     dialect = db.dialect
 
-    async def delete(target: prune.Target, keys: list[Any]) -> int:
+    async def delete(target: prune.Prunable, keys: list[Any]) -> int:
         sql, args = delete_statement(target, keys)
         sql = _sql(dialect, sql)
         loop = asyncio.get_running_loop()
@@ -138,12 +138,12 @@ def through_writer(db: Backend) -> Delete:
 def on_connection(source: Source) -> Delete:
     """Deletes on a connection of their own, one transaction per batch (the command)."""
 
-    def run(target: prune.Target, keys: list[Any]) -> int:
+    def run(target: prune.Prunable, keys: list[Any]) -> int:
         sql, args = delete_statement(target, keys)
         with source.connect(write=True) as session, session.transaction():
             return int(session.execute(sql, args).rowcount)
 
-    async def delete(target: prune.Target, keys: list[Any]) -> int:
+    async def delete(target: prune.Prunable, keys: list[Any]) -> int:
         return await asyncio.to_thread(run, target, keys)
 
     return delete

@@ -2,7 +2,7 @@
 at a time, on ``colony.db`` or the cluster database.
 
 A round is planned once (:func:`plan`): the cutoffs by age, and, when the message log is larger
-than its cap, the ``seq`` below which its oldest rows go. Each :class:`Target` is one physical
+than its cap, the ``seq`` below which its oldest rows go. Each :class:`Prunable` is one physical
 table and one condition. Its rows are *found* on a read connection (``SELECT key ... LIMIT n``:
 on SQLite a WAL reader, so the search never holds the write lock) and *deleted* by key, at most
 ``n`` per statement, where the caller chooses (the daemon through its writer, the ``prune``
@@ -54,7 +54,7 @@ class Policy:
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
+class Prunable:
     """One table's rows past keeping: ``record`` is what the report calls them."""
 
     record: str
@@ -132,11 +132,11 @@ def _age(column_ms: str, fallback_s: str | None) -> str:
     return f"({column_ms} < ? OR ({column_ms} IS NULL AND {fallback_s} < ?))"
 
 
-def plan(session: Session, dialect: str, policy: Policy, now_ms: int) -> list[Target]:
+def plan(session: Session, dialect: str, policy: Policy, now_ms: int) -> list[Prunable]:
     """What one round deletes, in order: the message log by age, then by size, the handling
     rows older than both (never reaching further back than the log), the dead letters by
     age, the ingress keys with the log."""
-    targets: list[Target] = []
+    targets: list[Prunable] = []
     logs, handling = LOG_TABLES[dialect], HANDLING_TABLES[dialect]
     newest_log = _newest(session, logs, "seq")
     log_cut: int | None = None  # handling rows before this time go (epoch ms)
@@ -144,21 +144,21 @@ def plan(session: Session, dialect: str, policy: Policy, now_ms: int) -> list[Ta
         log_cut = now_ms - policy.message_log_days * DAY_MS
         where = f"{_age('at_ms', 'created_at')} AND seq < ?"
         args = (log_cut, log_cut // 1000, newest_log)
-        targets += [Target("message_log", t, "seq", where, args) for t in logs]
+        targets += [Prunable("message_log", t, "seq", where, args) for t in logs]
     if policy.message_log_max_mb and newest_log is not None:
         cutoff = size_cutoff(session, dialect, policy.message_log_max_mb * MB, newest_log)
         if cutoff is not None:
-            targets += [Target("message_log", t, "seq", "seq <= ?", (cutoff,)) for t in logs]
+            targets += [Prunable("message_log", t, "seq", "seq <= ?", (cutoff,)) for t in logs]
             kept_from = _oldest_kept_ms(session, logs, cutoff)
             if kept_from is not None and (log_cut is None or kept_from > log_cut):
                 log_cut = kept_from
     if log_cut is not None:
         key = _ROW_KEY[dialect]
-        targets += [Target("handling", t, key, "started_ms < ?", (log_cut,)) for t in handling]
+        targets += [Prunable("handling", t, key, "started_ms < ?", (log_cut,)) for t in handling]
         if policy.message_log_days:
             ingress_cut = (now_ms - policy.message_log_days * DAY_MS) // 1000
             targets.append(
-                Target(
+                Prunable(
                     "ingress_keys",
                     "ingress_keys",
                     _INGRESS_KEY[dialect],
@@ -174,7 +174,7 @@ def plan(session: Session, dialect: str, policy: Policy, now_ms: int) -> list[Ta
             # it was dead-lettered): it narrows the search, at_ms decides.
             where = f"created_at < ? AND {_age('at_ms', 'created_at')} AND id < ?"
             targets.append(
-                Target(
+                Prunable(
                     "dead_letters",
                     "dead_letters",
                     "id",
@@ -199,26 +199,26 @@ def _oldest_kept_ms(session: Session, logs: Sequence[str], cutoff: int) -> int |
     return min(present) if present else None
 
 
-def find(session: Session, target: Target, limit: int) -> list[Any]:
+def find(session: Session, target: Prunable, limit: int) -> list[Any]:
     """Keys of up to ``limit`` rows of ``target`` (on a read connection)."""
     return [row[0] for row in session.execute(target.find(limit), target.args).fetchall()]
 
 
-def count(session: Session, target: Target) -> int:
+def count(session: Session, target: Prunable) -> int:
     """How many rows ``target`` would delete (``--dry-run``)."""
     return int(_one(session, target.count(), target.args) or 0)
 
 
-def counts(session: Session, targets: Sequence[Target]) -> dict[str, int]:
+def counts(session: Session, targets: Sequence[Prunable]) -> dict[str, int]:
     """Rows each record would lose (``--dry-run``): a row two targets match (old, and past
     the size cap) counted once."""
-    merged: dict[tuple[str, str], Target] = {}
+    merged: dict[tuple[str, str], Prunable] = {}
     for t in targets:
         known = merged.get((t.record, t.table))
         merged[(t.record, t.table)] = (
             t
             if known is None
-            else Target(
+            else Prunable(
                 t.record, t.table, t.key, f"({known.where}) OR ({t.where})", known.args + t.args
             )
         )

@@ -95,7 +95,7 @@ async def test_a_hundred_thousand_old_rows_are_pruned_in_bounded_batches_while_r
         routed_between: list[int] = []
         delete = retention.through_writer(db)
 
-        async def recorded(target: prune.Target, keys: list[Any]) -> int:
+        async def recorded(target: prune.Prunable, keys: list[Any]) -> int:
             sizes.append(len(keys))
             routed_between.append(len(colony.captured("/sink")))
             return await delete(target, keys)

@@ -48,7 +48,7 @@ async def _prune(
     sizes: list[int] = []
     delete = through_writer(db)
 
-    async def recorded(target: prune.Target, keys: list[Any]) -> int:
+    async def recorded(target: prune.Prunable, keys: list[Any]) -> int:
         sizes.append(len(keys))
         return await delete(target, keys)
 
