@@ -3,6 +3,7 @@ backend; a dry run counts and deletes nothing; the newest rows and the journal a
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
@@ -178,3 +179,15 @@ async def test_rows_still_staged_are_pruned_too(tmp_path: Any, table: str) -> No
         assert counts == Counter(message_log=1, handling=1)
     finally:
         db.close()
+
+
+async def test_the_command_prunes_on_a_connection_of_its_own(either_db: ColonyDb | PgDb) -> None:
+    from colony.prune import run
+
+    db = either_db
+    db.write([_log(30), _log(20), _log(0), _letter(100), _letter(0), _handled(30)])
+    await db.flush()
+    done = await asyncio.to_thread(run, db.source, RetentionConfig(), now=NOW)
+    assert done.rows == {"message_log": 2, "handling": 1, "dead_letters": 1, "ingress_keys": 0}
+    assert done.batches == 3
+    assert [r.at_ms for r in read_log(db.source)] == [NOW]
