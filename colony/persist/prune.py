@@ -112,16 +112,23 @@ def size_cutoff(session: Session, dialect: str, cap: int, below: int) -> int | N
     if excess <= 0:
         return None
     union = " UNION ALL ".join(
-        f"SELECT seq, {LOG_SIZE} FROM {t} WHERE seq < ?" for t in LOG_TABLES[dialect]
+        f"SELECT seq, {LOG_SIZE} AS size FROM {t} WHERE seq < ?" for t in LOG_TABLES[dialect]
     )
-    args = [below] * len(LOG_TABLES[dialect])
-    freed, last = 0, None
-    for seq, size in session.execute(f"{union} ORDER BY seq", args).fetchall():
-        freed += int(size or 0)
-        last = int(seq)
-        if freed >= excess:
-            break
-    return last
+    running = f"SELECT seq, sum(size) OVER (ORDER BY seq) AS freed FROM ({union}) AS log"
+    found = _one(
+        session,
+        f"SELECT seq FROM ({running}) AS cut WHERE freed >= ? ORDER BY seq LIMIT 1",
+        (*[below] * len(LOG_TABLES[dialect]), excess),
+    )
+    if found is None:  # the newest row alone is past the cap: everything before it goes
+        return _newest_below(session, LOG_TABLES[dialect], below)
+    return int(found)
+
+
+def _newest_below(session: Session, tables: Sequence[str], below: int) -> int | None:
+    found = [_one(session, f"SELECT max(seq) FROM {t} WHERE seq < ?", (below,)) for t in tables]
+    present = [int(v) for v in found if v is not None]
+    return max(present) if present else None
 
 
 def _age(column_ms: str, fallback_s: str | None) -> str:

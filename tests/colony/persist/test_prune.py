@@ -191,3 +191,12 @@ async def test_the_command_prunes_on_a_connection_of_its_own(either_db: ColonyDb
     assert done.rows == {"message_log": 2, "handling": 1, "dead_letters": 1, "ingress_keys": 0}
     assert done.batches == 3
     assert [r.at_ms for r in read_log(db.source)] == [NOW]
+
+
+async def test_a_newest_row_larger_than_the_cap_is_kept_alone(either_db: ColonyDb | PgDb) -> None:
+    db = either_db
+    db.write([_log(2, {"text": "x" * 400_000}), _log(1), _log(0, {"text": "x" * 1_200_000})])
+    await db.flush()
+    counts, _, _ = await _prune(db, RetentionConfig(message_log_max_mb=1))
+    assert counts == Counter(message_log=2)
+    assert [r.at_ms for r in read_log(db.source)] == [NOW]
