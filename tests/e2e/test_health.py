@@ -3,7 +3,6 @@ failing (503) with the reason once the storage is lost, not ready while stopping
 
 from __future__ import annotations
 
-import asyncio
 import os
 
 import httpx
@@ -13,6 +12,7 @@ from colony.testing import ColonyHarness
 from tests.api_client import served
 from tests.conformance.cells import TEST_TYPES
 from tests.conftest import TreeFactory, cell, hive
+from tests.processes import eventually
 
 
 async def test_a_colony_without_io_tasks_is_healthy_and_ready(make_tree: TreeFactory) -> None:
@@ -38,13 +38,14 @@ async def test_a_deleted_colony_db_makes_health_failing_and_the_colony_not_ready
         served(colony) as api,
     ):
         os.unlink(colony.root / "colony.db")
-        async with asyncio.timeout(10):  # the file watch looks once a second
-            while (health := await api.client.get("/health")).status_code == 200:
-                await asyncio.sleep(0.1)
+        db = colony.colony.db
+        assert await eventually(lambda: db.lost is not None, within=10)  # looked at each second
+        health = await api.client.get("/health")
         doc = health.json()
         assert (health.status_code, doc["status"]) == (503, "failing")
         [reason] = doc["reasons"]
-        assert reason.startswith("storage: ") and "was deleted" in reason
+        assert reason.startswith("storage: ")
+        assert "was deleted" in reason
         ready = await api.client.get("/ready")
         assert ready.status_code == 503
         assert "was deleted" in ready.json()["reason"]

@@ -3,12 +3,12 @@ colony with the reason at the first refused poll, and a poll that works again cl
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from tests.api_client import Api, served
 from tests.cells.proxy.test_proxy import CHAT, USER, running
 from tests.conftest import TreeFactory
+from tests.processes import eventually
 
 
 async def _health(api: Api) -> tuple[int, dict[str, Any]]:
@@ -24,9 +24,7 @@ async def test_a_wrong_telegram_token_turns_health_degraded_at_the_first_refused
         running(make_tree, token="424242:a-wrong-token") as bot,
         served(bot.colony) as api,
     ):
-        async with asyncio.timeout(10):
-            while not bot.cells or not bot.cells[0].backoffs:
-                await asyncio.sleep(0.01)
+        assert await eventually(lambda: bool(bot.cells and bot.cells[0].backoffs), within=10)
         status, doc = await _health(api)
         assert (status, doc["status"]) == (200, "degraded")
         [reason] = doc["reasons"]
