@@ -15,7 +15,7 @@ from typing import Any
 from colony.observability import file_logger
 from colony.testing import ColonyHarness
 from colony.traceview import trace_lines
-from scripted import ScriptedOpenAI, error_status, text_reply
+from scripted import ScriptedOpenAI, ScriptItem, error_status, text_reply
 from tests.api_client import served
 from tests.conformance.cells import TEST_TYPES, user
 from tests.conftest import CONTRACT, TreeFactory, cell, hive
@@ -137,7 +137,10 @@ async def test_a_failing_provider_call_in_a_loop_turn_names_url_and_status_too(
 async def test_a_failing_provider_call_degrades_health_until_a_call_works(
     make_tree: TreeFactory,
 ) -> None:
-    script = [error_status(403, message="this key may not use m"), text_reply("hello")]
+    script: list[ScriptItem] = [
+        error_status(403, message="this key may not use m"),
+        text_reply("hello"),
+    ]
     async with (
         ScriptedOpenAI(script) as model,
         ColonyHarness(make_tree(brain_tree()), capture=["/sink"], llm_base_url=model.url) as colony,
