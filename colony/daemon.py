@@ -86,6 +86,7 @@ async def run(
     stdio_json: bool = False,
     version: str = "0",
     node: str | None = None,
+    debug: bool = False,
 ) -> int:
     """Load the tree, take the root lease and run the colony until a signal; the exit code.
 
@@ -127,7 +128,7 @@ async def run(
     level = log_level or tree.colony.log_default_level
     with RootLease(root, member=member) as lease, _log_stream(log_file) as stream:
         # Direct mode runs in someone's terminal: warnings and errors reach it too.
-        log = file_logger(stream, level, echo=sys.stderr if direct else None)
+        log = file_logger(stream, level, echo=sys.stderr if direct else None, tracebacks=debug)
         for warning in result.diagnostics:  # said on stderr above; kept in the log too
             log.warning(
                 "config_warning",
@@ -257,8 +258,10 @@ def main(
     stdio_json: bool = False,
     version: str = "0",
     node: str | None = None,
+    debug: bool = False,
 ) -> int:
-    """Run the daemon in the foreground; returns the exit code. ``node``: see :func:`run`."""
+    """Run the daemon in the foreground; returns the exit code. ``node``: see :func:`run`;
+    ``debug``: the direct-mode stderr lines carry their tracebacks (``--debug``)."""
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         return runner.run(
             run(
@@ -273,5 +276,6 @@ def main(
                 stdio_json=stdio_json,
                 version=version,
                 node=node,
+                debug=debug,
             )
         )
