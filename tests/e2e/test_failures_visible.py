@@ -42,7 +42,8 @@ async def test_a_script_that_raises_logs_one_error_line_with_its_traceback(
     async with ColonyHarness(make_tree(raising_tree())) as colony:
         await colony.send("/", user("Ada"))
         await colony.settle()
-        [error] = colony.logs("cell_error", "error")
+        [error] = colony.logs(level="error")  # one ERROR line for the failure, no other
+        assert error["event"] == "cell_error"
         assert (error["cell"], error["error_code"]) == ("/greeter", "script_failed")
         assert error["error"] == "ValueError: no greeting for Ada"
         assert "Traceback (most recent call last)" in error["traceback"]
@@ -60,7 +61,8 @@ async def test_a_cell_crash_logs_its_traceback(make_tree: TreeFactory) -> None:
     async with ColonyHarness(make_tree(tree), cell_types=TEST_TYPES) as colony:
         await colony.send("/a", user("boom"))
         await colony.settle()
-        [crash] = colony.logs("cell_crashed", "error")
+        [crash] = colony.logs(level="error")
+        assert crash["event"] == "cell_crashed"
         assert crash["error"] == "RuntimeError: told to crash on 'boom'"
         assert "Traceback (most recent call last)" in crash["traceback"]
         assert "raise RuntimeError" in crash["traceback"]
