@@ -216,6 +216,7 @@ def wire(
             log=log.bind(cell=node.path),
             tables=tables,
             leader=cluster,
+            io=colony.events.io,
         )
         colony.add(spec, cell_types[node.type], activity[node.path], registry)
     for cell in extra:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from colony.celltables import TablesHost
 from colony.config.models import CellBlock, ColonyConfig, Contract
 from colony.envelope import Envelope, JsonObject
+from colony.liveness import Liveness
 from colony.observability import Logger
 
 if TYPE_CHECKING:
@@ -66,6 +67,9 @@ class CellSpec:
     leader: Leader | None = None
     """In a cluster, who runs what must run once in the whole colony (a poller, a timer);
     None for a daemon alone, which always leads."""
+    io: Liveness | None = None
+    """Where a cell that talks to the outside reports each attempt of its I/O tasks
+    (``io.task(path, "telegram_poll")``), for ``GET /health``; None outside a colony."""
 
 
 class Leader(Protocol):

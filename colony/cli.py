@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from enum import StrEnum
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -200,6 +201,14 @@ def run(
             "--version", callback=_version_callback, is_eager=True, help="Print the version."
         ),
     ] = False,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug",
+            help="Log at debug level (unless --log-level says otherwise) and keep tracebacks: "
+            "on stderr in direct mode, and after an internal error's one-line report.",
+        ),
+    ] = False,
 ) -> None:
     """Run the colony under --root, or check it with --validate."""
     if ctx.invoked_subcommand is not None:
@@ -255,7 +264,8 @@ def run(
             root,
             env_file=env,
             log_file=log_file,
-            log_level=log_level.value if log_level is not None else None,
+            log_level=log_level.value if log_level is not None else "debug" if debug else None,
+            debug=debug,
             api=address,
             api_token=token,
             direct=direct,
@@ -719,15 +729,21 @@ def _api_address(
 
 
 def main() -> None:
-    """Console-script entry point; turns an unexpected exception into a one-line report."""
+    """Console-script entry point; turns an unexpected exception into a one-line report
+    (followed by its traceback under ``--debug``, read off the command line itself: the
+    failure may come before the options are parsed)."""
     try:
         app()
     except Exception as exc:  # the last line of defence: no traceback reaches a user
+        debug = "--debug" in sys.argv[1:]
+        tail = " and this traceback:" if debug else " (--debug adds its traceback)."
         sys.stderr.write(
             f"meclaw: internal error: {type(exc).__name__}: {exc}\n"
-            "This is a bug in meclaw, not in your colony; please report it with the command "
-            "you ran.\n"
+            f"This is a bug in meclaw, not in your colony; please report it with the command "
+            f"you ran{tail}\n"
         )
+        if debug:
+            traceback.print_exception(exc, file=sys.stderr)
         sys.exit(EXIT_INTERNAL)
 
 

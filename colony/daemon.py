@@ -86,6 +86,7 @@ async def run(
     stdio_json: bool = False,
     version: str = "0",
     node: str | None = None,
+    debug: bool = False,
 ) -> int:
     """Load the tree, take the root lease and run the colony until a signal; the exit code.
 
@@ -132,6 +133,7 @@ async def run(
             stream,
             level,
             echo=sys.stderr if direct else None,
+            tracebacks=debug,
             max_bytes=0 if log_file == STDOUT else keep.log_file_max_mb * 1_000_000,
             keep=keep.log_file_keep,
         )
@@ -264,8 +266,10 @@ def main(
     stdio_json: bool = False,
     version: str = "0",
     node: str | None = None,
+    debug: bool = False,
 ) -> int:
-    """Run the daemon in the foreground; returns the exit code. ``node``: see :func:`run`."""
+    """Run the daemon in the foreground; returns the exit code. ``node``: see :func:`run`;
+    ``debug``: the direct-mode stderr lines carry their tracebacks (``--debug``)."""
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         return runner.run(
             run(
@@ -280,5 +284,6 @@ def main(
                 stdio_json=stdio_json,
                 version=version,
                 node=node,
+                debug=debug,
             )
         )

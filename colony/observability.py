@@ -239,18 +239,20 @@ def file_logger(
     level: str = "info",
     *,
     echo: TextIO | None = None,
+    tracebacks: bool = False,
     max_bytes: int = 0,
     keep: int = 0,
 ) -> Logger:
     """A logger writing JSON lines to ``stream`` (``<root>/log.jsonl`` in the daemon); a
     failed write never raises (see :class:`SafeFileWriter`). With ``echo``, warnings and
-    errors are also written there, one compact line each. ``max_bytes`` (a regular file
-    only, never stdout): rotated past that size, ``keep`` rotated files kept (:class:`Rotation`)."""
+    errors are also written there, one compact line each (followed by the traceback a line
+    carries, with ``tracebacks``: ``--debug``). ``max_bytes`` (a regular file only, never
+    stdout): rotated past that size, ``keep`` rotated files kept (:class:`Rotation`)."""
     logger: FilteringBoundLogger = structlog.wrap_logger(
         SafeFileWriter(stream, max_bytes=max_bytes, keep=keep),
         processors=[
             *_processors(),
-            *_echo(echo),
+            *_echo(echo, tracebacks),
             structlog.processors.JSONRenderer(serializer=_json_line, ensure_ascii=False),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level_number(level)),
@@ -283,8 +285,9 @@ def list_logger(sink: MutableSequence[dict[str, Any]], level: str = "debug") -> 
 
 _ECHO_LEVELS = frozenset({"warning", "error", "critical"})
 _ECHO_FIRST = ("cell", "error_code", "target", "sender", "error", "detail", "trace_id")
-"""Fields shown first, in this order; ``traceback`` is never echoed (the ``error`` field, or
-the traceback's last line, says what was raised; the full one is in the log file)."""
+"""Fields shown first, in this order; ``traceback`` is not one of them (the ``error`` field, or
+the traceback's last line, says what was raised; the full one is in the log file, and on
+stderr after the line under ``--debug``)."""
 
 
 class StderrEcho:
@@ -292,13 +295,19 @@ class StderrEcho:
     cell=/greeter error=ValueError: boom trace_id=...``. A person running ``meclaw --root R``
     in a terminal sees what failed without opening ``log.jsonl``."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, tracebacks: bool = False) -> None:
         self._stream = stream
+        self._tracebacks = tracebacks
+        """Write the event's ``traceback`` after its line (``--debug``)."""
 
     def __call__(self, _logger: Any, _name: str, event: MutableMapping[str, Any]) -> Any:
         if event.get("level") in _ECHO_LEVELS:
             try:
-                self._stream.write(echo_line(event) + "\n")
+                text = echo_line(event) + "\n"
+                found = event.get("traceback") if self._tracebacks else None
+                if isinstance(found, str) and found:
+                    text += found.rstrip("\n") + "\n"
+                self._stream.write(text)
                 self._stream.flush()
             except (OSError, ValueError):  # a closed or broken stderr never stops the log
                 pass
@@ -320,5 +329,5 @@ def echo_line(event: Mapping[str, Any]) -> str:
     return " ".join([f"meclaw: {event.get('level', 'info')} {event.get('event', '')}", *fields])
 
 
-def _echo(stream: TextIO | None) -> list[Any]:
-    return [] if stream is None else [StderrEcho(stream)]
+def _echo(stream: TextIO | None, tracebacks: bool) -> list[Any]:
+    return [] if stream is None else [StderrEcho(stream, tracebacks)]

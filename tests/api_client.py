@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import httpx
+from aiohttp import web
 
 from cells.llm.chat_endpoint import ChatRoute
 from colony.api import build_app, serve
@@ -19,6 +20,7 @@ class Api:
     colony: ColonyHarness
     client: httpx.AsyncClient
     port: int
+    app: web.Application
 
     async def nothing_entered(self) -> None:
         """Nothing reached the message log or the dead letters (a refused ingress)."""
@@ -40,7 +42,7 @@ async def served(
         async with httpx.AsyncClient(
             base_url=f"http://127.0.0.1:{port}", trust_env=False, timeout=client_timeout
         ) as client:
-            yield Api(colony, client, port)
+            yield Api(colony, client, port, app)
     finally:
         await runner.cleanup()
         await chat.close()
