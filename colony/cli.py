@@ -133,8 +133,7 @@ def _outer(ctx: typer.Context, name: str, value: Path | None) -> Path | None:
         return Path(outer)
     flag = "--" + name.replace("_", "-")
     raise _usage_error(
-        f"{flag} was given twice ({outer} before `{ctx.info_name}`, {value} after it); "
-        "give it once"
+        f"{flag} was given twice ({outer} before `{ctx.info_name}`, {value} after it); give it once"
     )
 
 
@@ -316,8 +315,7 @@ def _database(state: StateDir) -> Source:
     if not db.exists():
         if state.separate:
             raise _usage_error(
-                f"--state-dir {state.path}: no colony.db (has a daemon run with this "
-                "--state-dir?)"
+                f"--state-dir {state.path}: no colony.db (has a daemon run with this --state-dir?)"
             )
         raise _usage_error(f"--root {root}: no colony.db (has a daemon run on this root?)")
     return db

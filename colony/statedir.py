@@ -92,8 +92,16 @@ class StateDir:
     def prepare(self) -> None:
         """Make the state folder (mode 0700) when it is separate and missing, and check that
         it takes files; raises :class:`StateDirError` naming the folder and the fix. The
-        tree's own folder is left as it is (it is the default, checked as ``--root``)."""
+        tree's own folder is only asked (nothing is written into it here): a read-only tree
+        needs ``--state-dir``, and the refusal says so."""
         if not self.separate:
+            if not os.access(self.path, os.W_OK):
+                raise StateDirError(
+                    f"--root {self.path}: cannot write there, and without --state-dir the "
+                    "colony's state (colony.db, log.jsonl, the lease, each cell's cell.db) is "
+                    "kept in the tree; give --state-dir DIR to keep it elsewhere (the tree is "
+                    "then only read)"
+                )
             return
         where = f"--state-dir {self.path}"
         if self.path.exists() and not self.path.is_dir():
