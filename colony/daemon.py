@@ -132,6 +132,7 @@ async def run(
             "runs the colony alone"
         )
     level = log_level or tree.colony.log_default_level
+    shown = f"{display_root} (state in {state.path})" if state.separate else display_root
     with RootLease(state.lease, member=member) as lease, _log_stream(log_file) as stream:
         # Direct mode runs in someone's terminal: warnings and errors reach it too.
         log = file_logger(stream, level, echo=sys.stderr if direct else None)
@@ -159,7 +160,7 @@ async def run(
                 code = await _serve(
                     colony,
                     log,
-                    display_root=display_root,
+                    display_root=shown,
                     log_file=log_file,
                     api=api,
                     api_token=api_token,
