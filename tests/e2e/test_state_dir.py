@@ -28,7 +28,10 @@ import httpx
 import pytest
 
 from colony.testing import ColonyHarness, ScriptedAnthropic, anthropic_text, anthropic_tool_use
-from tests.conftest import FIXTURES, cell
+from scripted.telegram import ScriptedTelegram
+from tests.cells.proxy.test_proxy import TOKEN, bot_tree
+from tests.conftest import FIXTURES, TreeFactory, cell
+from tests.processes import eventually
 
 MECLAW = str(Path(sys.executable).with_name("meclaw"))
 LOOP_TURN = FIXTURES / "trees" / "loop-turn"
@@ -155,6 +158,23 @@ async def test_a_harness_colony_with_a_state_dir_writes_nothing_into_its_tree(
             ]
     assert snapshot(tree) == before
     assert_state_holds_the_run(state, leased=False)
+
+
+async def test_a_proxy_keeps_its_cell_db_in_the_state_dir(
+    make_tree: TreeFactory, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    async with ScriptedTelegram(token=TOKEN) as telegram:
+        tree = make_tree(bot_tree(telegram))
+        async with ColonyHarness(
+            tree, capture=["/sink"], env={"TELEGRAM_BOT_TOKEN": TOKEN}, state_dir=state
+        ) as colony:
+            own = state / "cells" / "proxy" / "cell.db"
+            assert await eventually(own.exists, within=10)
+            assert colony.colony.runners["/proxy"].spec.state == own.parent
+            assert sorted(p.name for p in (colony.root / "main" / "proxy").iterdir()) == [
+                "config.json"
+            ]
 
 
 # -- the daemon, as an operator runs it ----------------------------------------------------
@@ -292,6 +312,9 @@ async def test_a_daemon_with_a_state_dir_writes_nothing_into_its_tree_and_comman
     stopped = meclaw("watch", "--root", str(tree), "--state-dir", str(state))
     assert stopped.returncode == 1
     assert f"no daemon is running on {tree} --state-dir {state}" in stopped.stderr
+    revived = meclaw("cells", "revive", "/brain", "--root", str(tree), "--state-dir", str(state))
+    assert revived.returncode == 0, revived.stderr  # offline: colony.db and the lease in STATE
+    assert "/brain is not failed" in revived.stdout
     without = meclaw("dead-letters", "--root", str(tree))
     assert without.returncode == 2
     assert "no colony.db" in without.stderr
