@@ -39,6 +39,7 @@ from colony.persist.celltables import ColonyTablesHost
 from colony.persist.db import ColonyDb
 from colony.persist.records import read_registry
 from colony.retention import start_pruner
+from colony.statedir import StateDir
 
 if TYPE_CHECKING:
     from colony.cluster.member import Member
@@ -73,6 +74,7 @@ async def open_colony(
     log_messages: bool = True,
     on_phase: Callable[[str], None] | None = None,
     node: str | None = None,
+    state: StateDir | None = None,
 ) -> AsyncIterator[Colony]:
     """Boot ``tree`` and yield the running colony; stop it, and everything it started, when
     the block ends. Raises :class:`colony.errors.BootError` (a cell type cannot start) and
@@ -80,13 +82,15 @@ async def open_colony(
     anything runs. ``on_phase`` is told as each boot phase ends (``prepare``, ``wire``,
     ``start``): what the boot benchmark times. ``node`` names this daemon in a cluster
     (``colony.json`` ``cluster``: the colony's database is the cluster's, and this node runs
-    the conversations of the partitions it owns)."""
+    the conversations of the partitions it owns). ``state`` says where ``colony.db`` and the
+    cells' files are (default: in the tree, :mod:`colony.statedir`)."""
     phase = on_phase or _ignore
+    state = state or StateDir.of(tree.root)
     try:
         if prepare is not None:
             await prepare((node.type, node.config.params) for node in tree.cells.values())
         phase("prepare")
-        db, member = _database(tree, node, log)
+        db, member = _database(tree, node, log, state)
         try:
             colony = wire(
                 tree,
@@ -97,6 +101,7 @@ async def open_colony(
                 engine=engine,
                 log_messages=log_messages,
                 cluster=member,
+                state=state,
             )
             phase("wire")
             async with asyncio.TaskGroup() as group:
@@ -142,12 +147,14 @@ def _ignore(phase: str) -> None:
     pass
 
 
-def _database(tree: ColonyTree, node: str | None, log: Logger) -> tuple[Backend, Member | None]:
-    """``colony.db`` beside the tree, or, with a ``cluster`` block, the cluster's database and
+def _database(
+    tree: ColonyTree, node: str | None, log: Logger, state: StateDir
+) -> tuple[Backend, Member | None]:
+    """``colony.db`` in the state folder, or, with a ``cluster`` block, the cluster's database and
     this node's membership (imported only then: psycopg is the ``cluster`` extra's)."""
     cluster = tree.colony.cluster
     if cluster is None:
-        return ColonyDb(tree.root / "colony.db"), None
+        return ColonyDb(state.colony_db), None
     import psycopg
 
     from colony.cluster.member import Member
@@ -183,11 +190,14 @@ def wire(
     engine: Engine | None = None,
     log_messages: bool = True,
     cluster: Member | None = None,
+    state: StateDir | None = None,
 ) -> Colony:
     """Wire a loaded tree into a colony. An edge endpoint that names nothing is no refusal
     (the loader warned about it, as ``--validate`` does): what is routed there is
-    dead-lettered ``unresolved_path``."""
+    dead-lettered ``unresolved_path``. ``state``: where each cell keeps its files (default: its
+    folder)."""
     engine = engine or default_engine()
+    state = state or StateDir.of(tree.root)
     edges = EdgeTable((compile_edge(d, engine) for d in tree.edges), engine)
     colony = Colony(
         root=tree.root,
@@ -217,6 +227,7 @@ def wire(
             tables=tables,
             leader=cluster,
             io=colony.events.io,
+            state=state.cell(node.path, node.folder),
         )
         colony.add(spec, cell_types[node.type], activity[node.path], registry)
     for cell in extra:

@@ -5,8 +5,8 @@ Exit codes: 0 success, 1 the colony is invalid or failed, 2 usage error, 3 inter
 (a bug in the daemon — the message says so; no traceback reaches the user).
 
 An option given before a subcommand (``meclaw --root R dead-letters``) is never ignored:
-``--root`` is passed down to the subcommand, any other option is refused with a message
-saying where it belongs.
+``--root`` and ``--state-dir`` are passed down to the subcommand, any other option is refused
+with a message saying where it belongs.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typer.core import TyperGroup
 from cells import BUILTIN_CELL_TYPES, implemented_cell_types
 from colony.cell import param_checks
 from colony.config.diagnostics import has_errors, render_github, render_json, render_text
+from colony.statedir import StateDir
 from colony.validate import validate
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ def _failure(message: str) -> typer.Exit:
     return typer.Exit(EXIT_INVALID)
 
 
-_PASSED_DOWN = frozenset({"root"})
+_PASSED_DOWN = frozenset({"root", "state_dir"})
 """Options of a command group that its subcommands take over when given before them."""
 
 
@@ -103,8 +104,9 @@ def _given(ctx: typer.Context, name: str) -> bool:
 
 
 def _pass_down(ctx: typer.Context) -> None:
-    """Before a subcommand runs: hand ``--root`` down to it when it takes one, refuse every
-    other option given before it (it would otherwise be silently ignored)."""
+    """Before a subcommand runs: hand ``--root`` and ``--state-dir`` down to it when it takes
+    them, refuse every other option given before it (it would otherwise be silently
+    ignored)."""
     name = ctx.invoked_subcommand or ""
     sub = f"{ctx.command_path} {name}"
     command = ctx.command.get_command(ctx, name) if isinstance(ctx.command, TyperGroup) else None
@@ -122,17 +124,29 @@ def _pass_down(ctx: typer.Context) -> None:
         )
 
 
-def _root_of(ctx: typer.Context, root: Path) -> Path:
-    """``--root`` of a subcommand: its own, or the one given before it (not both, unless
-    they agree)."""
-    outer = ctx.obj.get("root") if isinstance(ctx.obj, dict) else None
-    if outer is None or outer == root:
-        return root
-    if not _given(ctx, "root"):
+def _outer(ctx: typer.Context, name: str, value: Path | None) -> Path | None:
+    """A path option of a subcommand (``root``, ``state_dir``): its own, or the one given
+    before it (not both, unless they agree)."""
+    outer = ctx.obj.get(name) if isinstance(ctx.obj, dict) else None
+    if outer is None or outer == value:
+        return value
+    if not _given(ctx, name):
         return Path(outer)
+    flag = "--" + name.replace("_", "-")
     raise _usage_error(
-        f"--root was given twice ({outer} before `{ctx.info_name}`, {root} after it); give it once"
+        f"{flag} was given twice ({outer} before `{ctx.info_name}`, {value} after it); give it once"
     )
+
+
+def _root_of(ctx: typer.Context, root: Path) -> Path:
+    """``--root`` of a subcommand: its own, or the one given before it."""
+    return _outer(ctx, "root", root) or root
+
+
+def _state_of(ctx: typer.Context, root: Path, state_dir: Path | None) -> StateDir:
+    """Where the state of the colony a subcommand reads is: ``--root`` and ``--state-dir``,
+    its own or given before it (the same answer the daemon got, :mod:`colony.statedir`)."""
+    return StateDir.of(_root_of(ctx, root), _outer(ctx, "state_dir", state_dir))
 
 
 @app.callback(invoke_without_command=True)
@@ -153,11 +167,21 @@ def run(
         Path | None,
         typer.Option("--env", help="File for ${VAR} values (default: <root>/.env)."),
     ] = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--state-dir",
+            help="Folder for what the daemon writes: colony.db, log.jsonl, the lease, each "
+            "cell's cell.db (default: the root itself, as meclaw; made if missing). With it the "
+            "tree is only read.",
+        ),
+    ] = None,
     log_file: Annotated[
         Path | None,
         typer.Option(
             "--log",
-            help="JSON log file (default: <root>/log.jsonl); - is stdout (not in direct mode).",
+            help="JSON log file (default: log.jsonl in the state folder); - is stdout (not in "
+            "direct mode).",
         ),
     ] = None,
     log_level: Annotated[
@@ -238,6 +262,7 @@ def run(
             env_file=env,
             strict=validate_strict,
             param_checks=param_checks(implemented_cell_types()),
+            colony_db=StateDir.of(root, state_dir).colony_db,
         )
         shown = str(root)
         prefix = _file_prefix(root)
@@ -251,6 +276,7 @@ def run(
 
     from colony.daemon import main as run_daemon
     from colony.lease import LeaseHeldError
+    from colony.statedir import StateDirError
 
     address, token = _api_address(api, api_token_env)
     direct = address is None and not daemon
@@ -272,7 +298,10 @@ def run(
             stdio_json=stdio_format is StdioFormat.json,
             version=_package_version(),
             node=node,
+            state_dir=state_dir,
         )
+    except StateDirError as exc:
+        raise _usage_error(str(exc)) from None
     except LeaseHeldError as exc:
         raise _failure(str(exc)) from None
     raise typer.Exit(code)
@@ -284,18 +313,32 @@ dead_letters_app = typer.Typer(
 app.add_typer(dead_letters_app, name="dead-letters")
 
 
-def _database(root: Path) -> Source:
+def _database(state: StateDir) -> Source:
+    """The colony's rows, as the daemon on ``state`` wrote them (the one place commands find
+    ``colony.db``, or the cluster's database)."""
     from colony.config.loader import cluster_of
     from colony.persist.source import source_for_root
 
+    root = state.root
     cluster = cluster_of(root)  # a cluster's rows are in its database, not in colony.db
-    db = source_for_root(root, None if cluster is None else cluster.dsn)
+    db = source_for_root(root, None if cluster is None else cluster.dsn, state.path)
     if not db.exists():
+        if state.separate:
+            raise _usage_error(
+                f"--state-dir {state.path}: no colony.db (has a daemon run with this --state-dir?)"
+            )
         raise _usage_error(f"--root {root}: no colony.db (has a daemon run on this root?)")
     return db
 
 
 RootOption = Annotated[Path, typer.Option("--root", help="Colony root folder.")]
+StateDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir",
+        help="The daemon's --state-dir, where colony.db and the lease are (default: the root).",
+    ),
+]
 TokenEnvOption = Annotated[
     str | None,
     typer.Option("--api-token-env", help="Variable holding the daemon API's bearer token."),
@@ -314,6 +357,7 @@ ApiUrlOption = Annotated[
 def dead_letters(
     ctx: typer.Context,
     root: RootOption = Path("."),
+    state_dir: StateDirOption = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new ones.")] = False,
     error_code: Annotated[str | None, typer.Option("--error-code", help="Only this code.")] = None,
     since: Annotated[int | None, typer.Option("--since", help="Unix seconds.")] = None,
@@ -325,7 +369,7 @@ def dead_letters(
         return
     from colony.operations import list_dead_letters
 
-    db = _database(_root_of(ctx, root))
+    db = _database(_state_of(ctx, root, state_dir))
 
     def write(line: str) -> None:
         typer.echo(line)
@@ -344,13 +388,14 @@ def show(
     ctx: typer.Context,
     letter_id: Annotated[int, typer.Argument(help="The dead letter's id (see the listing).")],
     root: RootOption = Path("."),
+    state_dir: StateDirOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """Print one dead letter with the message it stored (headers and body)."""
     from colony.operations import dead_letter_report
     from colony.persist.records import read_dead_letter
 
-    db = _database(_root_of(ctx, root))
+    db = _database(_state_of(ctx, root, state_dir))
     row = read_dead_letter(db, letter_id)
     if row is None:
         raise _failure(f"no dead letter #{letter_id} in {db} (see `meclaw dead-letters`)")
@@ -367,14 +412,15 @@ def _token(token_env: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def _daemon_api(root: Path, api: str | None, purpose: str) -> str:
-    """The URL of the running daemon's API: ``--api``, else the one the daemon on ``root``
+def _daemon_api(state: StateDir, api: str | None, purpose: str) -> str:
+    """The URL of the running daemon's API: ``--api``, else the one the daemon on ``state``
     recorded in its lease."""
     from colony.lease import holder
 
     if api is not None:
         return api.rstrip("/")
-    running = holder(root)
+    root = f"{state.root} --state-dir {state.path}" if state.separate else str(state.root)
+    running = holder(state.lease)
     if running is None:
         raise _failure(
             f"no daemon is running on {root}; {purpose} goes through a running daemon's API "
@@ -412,6 +458,7 @@ def replay(
     ctx: typer.Context,
     letter_id: Annotated[int, typer.Argument(help="The dead letter's id (see the listing).")],
     root: RootOption = Path("."),
+    state_dir: StateDirOption = None,
     api: ApiUrlOption = None,
     token_env: TokenEnvOption = None,
     force: Annotated[
@@ -421,7 +468,7 @@ def replay(
     """Re-drive one dead letter through the running daemon: fresh TTL, same trace. A letter
     is replayed once; --force replays it again."""
     headers = _token(token_env)
-    url = _daemon_api(_root_of(ctx, root), api, "a replay")
+    url = _daemon_api(_state_of(ctx, root, state_dir), api, "a replay")
     response = _call(
         "POST",
         f"{url}/colony/dead_letters/{letter_id}/replay",
@@ -483,6 +530,7 @@ app.add_typer(cells_app, name="cells", invoke_without_command=True)
 def cells(
     ctx: typer.Context,
     root: RootOption = Path("."),
+    state_dir: StateDirOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
 ) -> None:
     """Print every cell the registry holds: path, type, status (active, inactive, failed), id."""
@@ -492,7 +540,7 @@ def cells(
     from colony.operations import cell_json, cell_line
     from colony.persist.records import read_registry
 
-    rows = read_registry(_database(_root_of(ctx, root)))
+    rows = read_registry(_database(_state_of(ctx, root, state_dir)))
     for row in rows.values():
         typer.echo(cell_json(row) if as_json else cell_line(row))
 
@@ -502,6 +550,7 @@ def revive(
     ctx: typer.Context,
     path: Annotated[str, typer.Argument(help="The failed cell's path, e.g. /main/agent.")],
     root: RootOption = Path("."),
+    state_dir: StateDirOption = None,
     api: ApiUrlOption = None,
     token_env: TokenEnvOption = None,
 ) -> None:
@@ -510,12 +559,13 @@ def revive(
     from colony.lease import LeaseHeldError
     from colony.operations import UnknownCellError, revive_offline
 
-    root = _root_of(ctx, root)
+    state = _state_of(ctx, root, state_dir)
+    root = state.root
     headers = _token(token_env)
     if api is None:
-        _database(root)
+        _database(state)
         try:
-            done = revive_offline(root, path)
+            done = revive_offline(root, path, state.path)
         except UnknownCellError as exc:
             raise _failure(str(exc)) from None
         except LeaseHeldError:
@@ -526,7 +576,7 @@ def revive(
             else:
                 typer.echo(f"revived {path}: it starts at the next boot of {root}")
             return
-    url = _daemon_api(root, api, "reviving a cell of a running colony")
+    url = _daemon_api(state, api, "reviving a cell of a running colony")
     response = _call("POST", f"{url}/colony/cells/revive", headers, json={"path": path})
     if response.status_code != 200:
         raise _refused("revive", response)
@@ -608,6 +658,7 @@ def trace(
     ctx: typer.Context,
     trace_id: Annotated[str, typer.Argument(help="A trace id.")],
     root: RootOption = Path("."),
+    state_dir: StateDirOption = None,
     as_json: Annotated[
         bool,
         typer.Option("--json", help="The rows as one JSON object (as GET /colony/trace answers)."),
@@ -622,7 +673,7 @@ def trace(
 
     from colony.traceview import PLAIN_WIDTH, read_trace, trace_json, trace_tree
 
-    record = read_trace(_database(_root_of(ctx, root)), trace_id)
+    record = read_trace(_database(_state_of(ctx, root, state_dir)), trace_id)
     if record.empty:
         raise _failure(f"no message-log rows and no dead letters for trace {trace_id}")
     if as_json:
@@ -638,6 +689,7 @@ def trace(
 def prune(
     ctx: typer.Context,
     root: RootOption = Path("."),
+    state_dir: StateDirOption = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Count what would be deleted; delete nothing.")
     ] = False,
@@ -646,9 +698,9 @@ def prune(
     letters, ingress keys), in bounded batches; safe beside a running daemon."""
     from colony.prune import PruneError, command
 
-    root = _root_of(ctx, root)
+    state = _state_of(ctx, root, state_dir)
     try:
-        command(root, _database(root), dry_run=dry_run, write=typer.echo)
+        command(_root_of(ctx, root), _database(state), dry_run=dry_run, write=typer.echo)
     except PruneError as exc:
         raise _failure(str(exc)) from None
 
@@ -657,6 +709,7 @@ def prune(
 def watch(
     ctx: typer.Context,
     root: RootOption = Path("."),
+    state_dir: StateDirOption = None,
     api: ApiUrlOption = None,
     token_env: TokenEnvOption = None,
     trace_id: Annotated[str | None, typer.Option("--trace", help="Only this trace.")] = None,
@@ -686,7 +739,7 @@ def watch(
     from colony.watch_stream import DaemonUnreachable, WatchRefused, print_events
 
     headers = _token(token_env)
-    url = _daemon_api(_root_of(ctx, root), api, "watching")
+    url = _daemon_api(_state_of(ctx, root, state_dir), api, "watching")
     given = {"trace_id": trace_id, "cell": cell, "kind": kind}
     params = {name: value for name, value in given.items() if value is not None}
     try:

@@ -3,7 +3,9 @@
 Boot order: load and check the tree (every problem reported, and the same problems as
 ``--validate``: its errors refuse the boot, its warnings are said on stderr and logged), take
 the root lease (alone, or as cluster member ``--node`` when colony.json has a ``cluster``
-block: the tree decides which, so it is read first), open ``colony.db``, wire the cells,
+block: the tree decides which, so it is read first), open ``colony.db`` (the lease, the log
+and ``colony.db`` are in the state folder: the tree unless ``--state-dir`` says otherwise,
+:mod:`colony.statedir`), wire the cells,
 start, wait for a signal, then stop the cells and commit the dead letters and the message log.
 
 The event loop is uvloop's when it imports (the ``uvloop`` extra), asyncio's own otherwise: the
@@ -35,6 +37,7 @@ from colony.errors import BootError
 from colony.lease import RootLease
 from colony.observability import file_logger
 from colony.persist.schema import ColonyDbError
+from colony.statedir import StateDir
 from colony.stdio import StdioBridge, line_reader
 
 EXIT_OK = 0
@@ -87,6 +90,7 @@ async def run(
     version: str = "0",
     node: str | None = None,
     debug: bool = False,
+    state: StateDir | None = None,
 ) -> int:
     """Load the tree, take the root lease and run the colony until a signal; the exit code.
 
@@ -94,7 +98,10 @@ async def run(
     the member ``node`` or ``<host name>-<pid>`` (:attr:`RootLease.member` holds the name);
     without one ``node`` has no effect, and says so. Raises
     :class:`colony.lease.LeaseHeldError` when the root is not this daemon's to run.
+    ``state``: where the colony's state is (default: the tree); the caller has made it
+    (:meth:`StateDir.prepare`).
     """
+    state = state or StateDir.of(root)
     types = dict(cell_types) if cell_types is not None else implemented_cell_types()
     result = load_tree(
         root,
@@ -126,7 +133,8 @@ async def run(
             "runs the colony alone"
         )
     level = log_level or tree.colony.log_default_level
-    with RootLease(root, member=member) as lease, _log_stream(log_file) as stream:
+    shown = f"{display_root} (state in {state.path})" if state.separate else display_root
+    with RootLease(state.lease, member=member) as lease, _log_stream(log_file) as stream:
         # Direct mode runs in someone's terminal: warnings and errors reach it too.
         keep = tree.colony.retention  # log.jsonl rotated by size; stdout never
         log = file_logger(
@@ -156,11 +164,12 @@ async def run(
                 prepare=prepare,
                 release=close_shared_resources,
                 node=member,
+                state=state,
             ) as colony:
                 code = await _serve(
                     colony,
                     log,
-                    display_root=display_root,
+                    display_root=shown,
                     log_file=log_file,
                     api=api,
                     api_token=api_token,
@@ -267,15 +276,20 @@ def main(
     version: str = "0",
     node: str | None = None,
     debug: bool = False,
+    state_dir: Path | None = None,
 ) -> int:
     """Run the daemon in the foreground; returns the exit code. ``node``: see :func:`run`;
-    ``debug``: the direct-mode stderr lines carry their tracebacks (``--debug``)."""
+    ``debug``: the direct-mode stderr lines carry their tracebacks (``--debug``).
+    ``state_dir`` is ``--state-dir`` (None: the state stays in the tree); raises
+    :class:`colony.statedir.StateDirError` when it cannot hold the state."""
+    state = StateDir.of(root, state_dir)
+    state.prepare()  # before the lease, which is a file in it
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         return runner.run(
             run(
                 root,
                 env_file=env_file,
-                log_file=log_file or root / "log.jsonl",
+                log_file=log_file or state.log_file,
                 log_level=log_level,
                 display_root=str(root),
                 api=api,
@@ -285,5 +299,6 @@ def main(
                 version=version,
                 node=node,
                 debug=debug,
+                state=state,
             )
         )

@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 
+from cells.cellfile import CELL_DB, own_folder
 from cells.llm.dialects import dialect_for
 from cells.llm.dialects.base import JsonObject as _Json
 from cells.llm.dialects.base import ReplyError, Tool, TranslateError, tool_from_leaf
@@ -49,12 +50,13 @@ class LlmCell:
     def __init__(self, spec: CellSpec) -> None:
         self.path = spec.path
         self.log = spec.log
-        self.state = LlmState(spec.folder)
+        self.state = LlmState(spec.folder, spec.state)
         base = LlmParams.model_validate(spec.params)
         stored = self.state.overlay()
         self.params = overlay(base, stored) if stored else base
         self._client: aiohttp.ClientSession | None = None
-        self.folder = spec.folder
+        self.own = spec.state
+        """Where the cell keeps its files (``cell.db``: the sqlite transcript's too)."""
         self._store: TranscriptStore | None = None
         cluster = spec.colony.cluster
         self.cluster_dsn = None if cluster is None else cluster.dsn
@@ -83,7 +85,7 @@ class LlmCell:
             if kind == "memory":
                 self._store = memory_store(self.path)
             elif kind == "sqlite":
-                db = ":memory:" if self.folder is None else self.folder / "cell.db"
+                db = ":memory:" if self.own is None else own_folder(self.own) / CELL_DB
                 self._store = SqliteStore(db)
             elif kind == "redis":
                 from cells.llm.transcript.redis import RedisStore

@@ -260,7 +260,7 @@ class ProxyCell:
         """The state in the cluster's database (None: in cell.db, read right here)."""
         self._overlay: dict[str, Any] = {}
         if dsn is None:
-            db = CellDbState(spec.folder, birth.query_timeout_ms)
+            db = CellDbState(spec.state, birth.query_timeout_ms)
             try:
                 self.offset = db.offset()
                 overlay = db.overlay()
