@@ -28,6 +28,8 @@ _FOLDERS = {"colony_topologies": "topologies", "colony_demo_data": "fixtures"}
 class ShippedDataMissing(ColonyError):
     """A file meant to ship with the package is not installed (a broken or partial install)."""
 
+    code = "shipped_data_missing"
+
 
 def _folder(package: str) -> Path:
     try:
