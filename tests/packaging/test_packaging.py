@@ -43,7 +43,8 @@ def test_every_file_a_shipped_topology_holds_is_of_a_kind_the_wheel_takes() -> N
     tracked = [
         p
         for p in (REPO / "topologies").rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts
+        if p.is_file()
+        and "__pycache__" not in p.parts
         # what a person running a topology in the checkout leaves there (.gitignore'd)
         and p.name != ".env"
         and p.suffix not in {".db", ".db-wal", ".db-shm", ".db-lease"}
