@@ -102,7 +102,8 @@ def test_the_healthcheck_passes_on_a_serving_daemon_and_fails_once_it_stopped(
     try:
         deadline = time.monotonic() + 30
         while _healthcheck(env) != 0:
-            assert proc.poll() is None and time.monotonic() < deadline
+            assert proc.poll() is None
+            assert time.monotonic() < deadline
             time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
