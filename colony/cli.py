@@ -610,6 +610,51 @@ def demo(
     raise typer.Exit(run_demo(address, hold))
 
 
+@app.command("init")
+def init(
+    folder: Annotated[Path, typer.Argument(help="Where to write it: a new or empty folder.")],
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Write into a non-empty folder, replacing the starter's files."
+        ),
+    ] = False,
+) -> None:
+    """Write a small answering colony to start from: a root hive, one llm cell (any
+    OpenAI-compatible API, set in .env) and .env.example."""
+    from colony.init import InitRefused, write_starter
+
+    try:
+        written = write_starter(folder, force=force)
+    except InitRefused as exc:
+        raise _usage_error(f"init: {exc}") from None
+    for path in written:
+        typer.echo(f"wrote {path}")
+    typer.echo(
+        f"next: cp {folder}/.env.example {folder}/.env, fill in the key, then "
+        f"meclaw --root {folder} --validate"
+    )
+
+
+@app.command("backup")
+def backup(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Argument(help="The copy to write (a new file).")],
+    root: RootOption = Path("."),
+    state_dir: StateDirOption = None,
+) -> None:
+    """Copy colony.db to OUT while a daemon may be running on it (SQLite's online backup).
+    A cluster's state is in PostgreSQL: back it up with pg_dump."""
+    from colony.backup import BackupRefused, backup_colony_db
+
+    try:
+        state = _state_of(ctx, root, state_dir)
+        done = backup_colony_db(state.root, out, state.path if state.separate else None)
+    except BackupRefused as exc:
+        raise _failure(f"backup: {exc}") from None
+    typer.echo(f"backed up {done.source} to {done.target} ({done.pages} pages, integrity ok)")
+
+
 class GraphFormat(StrEnum):
     dot = "dot"
     svg = "svg"

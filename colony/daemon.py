@@ -11,6 +11,10 @@ start, wait for a signal, then stop the cells and commit the dead letters and th
 The event loop is uvloop's when it imports (the ``uvloop`` extra), asyncio's own otherwise: the
 router, the journal hand-offs and the cell processes' pipes are all loop callbacks, and uvloop
 runs them faster. The ``colony_running`` log line names the loop.
+
+Under systemd (``Type=notify``) the daemon says ``READY=1`` once it serves, pings the service
+watchdog while the colony's own watchdog has not tripped, and says ``STOPPING=1`` on its way
+out (:mod:`colony.sdnotify`).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from colony.lease import RootLease
 from colony.observability import file_logger
 from colony.persist.schema import ColonyDbError
 from colony.statedir import StateDir
+from colony.sdnotify import Notifier
 from colony.stdio import StdioBridge, line_reader
 
 EXIT_OK = 0
@@ -218,6 +223,8 @@ async def _serve(
     colony.on_fatal = trip
     server = None
     chat = ChatRoute()
+    notifier = Notifier()
+    pinging: asyncio.Task[None] | None = None
     try:
         if api is not None:
             app = build_app(colony, token=api_token, extra_routes={("POST", "/llm/chat"): chat})
@@ -243,6 +250,9 @@ async def _serve(
             f"logs {'on stdout' if log_file == STDOUT else f'in {log_file}'}; "
             "SIGINT or SIGTERM stops it"
         )
+        # systemd (Type=notify): booted; pings while the backpressure watchdog has not tripped
+        notifier.ready(f"colony running on {display_root}")
+        pinging = notifier.keep_alive(lambda: not colony.watchdog.trips)
         if direct:
             bridge = StdioBridge(colony, json_mode=stdio_json, version=version)
             colony.egress = bridge.egress
@@ -257,6 +267,9 @@ async def _serve(
             await stop.wait()
         _say("stopping")
     finally:
+        notifier.stopping()
+        if pinging is not None:
+            pinging.cancel()
         if server is not None:
             await server.cleanup()
         await chat.close()
