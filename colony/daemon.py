@@ -41,8 +41,8 @@ from colony.errors import BootError
 from colony.lease import RootLease
 from colony.observability import file_logger
 from colony.persist.schema import ColonyDbError
-from colony.statedir import StateDir
 from colony.sdnotify import Notifier
+from colony.statedir import StateDir
 from colony.stdio import StdioBridge, line_reader
 
 EXIT_OK = 0
