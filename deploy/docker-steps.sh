@@ -65,10 +65,6 @@ say "installed: $(meclaw --version)"
 say "the colony tree mounted at /colony: a starter from meclaw init"
 meclaw init "$work/colony" >/dev/null
 cp "$work/colony/.env.example" "$work/colony/.env"
-if ! meclaw --help | grep -q -- '--state-dir'; then
-    say "this build has no --state-dir yet (it lands on its own branch): the CMD runs without it, state in the tree"
-    cmd=$(printf '%s\n' "$cmd" | sed -E "s# --state-dir [^ ]+##")
-fi
 
 port=$("$host_python" -c 'import socket
 s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
@@ -103,6 +99,10 @@ wait "$daemon" || status=$?
 daemon=""
 [ "$status" = 0 ] || { cat "$work/daemon.log" >&2; say "the daemon exited $status on SIGTERM" >&2; exit 1; }
 say "SIGTERM stopped the daemon, exit 0"
+[ -f "$work/state/colony.db" ] && [ -f "$work/state/colony.db-lease" ] &&
+    [ ! -e "$work/colony/colony.db" ] ||
+    { say "the state did not go to the volume (/var/lib/meclaw) alone" >&2; exit 1; }
+say "the state is in the volume, none in the tree"
 if (python() { "$work/venv/bin/python" "$@"; } && eval "$health") 2>/dev/null; then
     say "the HEALTHCHECK still passes with the daemon stopped" >&2
     exit 1
