@@ -1,0 +1,77 @@
+"""One colony's metrics: its registry, its tap, and the text a scrape answers.
+
+:func:`metrics_of` gives the colony's one :class:`ColonyMetrics` (made on first use, so an
+API built twice over one colony does not count twice). The composition root describes what
+the kernel cannot know before traffic flows: which cells call which LLM provider, and the
+sources of families a cell type keeps (:mod:`cells.metrics`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from colony.metrics.collector import ColonyCollector, Source
+from colony.metrics.tap import HandoffTap, LlmCell
+
+if TYPE_CHECKING:
+    from colony.colony import Colony
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+"""The media type of what ``generate_latest`` writes (Prometheus' text format)."""
+
+_OF: weakref.WeakKeyDictionary[Colony, ColonyMetrics] = weakref.WeakKeyDictionary()
+
+
+class ColonyMetrics:
+    """The registry of one colony, fed by one tap on its hand-offs."""
+
+    def __init__(self, colony: Colony) -> None:
+        self.colony = colony
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.tap = HandoffTap(self._known, {})
+        self.sources: dict[str, Source] = {}
+        self.registry.register(ColonyCollector(colony, self.tap, self.sources))
+        colony.events.taps.append(self.tap)
+
+    def _known(self, path: str) -> bool:
+        colony = self.colony
+        return path in colony.runners or path in colony.hives
+
+    def describe_llm(self, path: str, provider: str, model: str | None) -> None:
+        """The LLM cell at ``path`` calls ``provider``, with ``model`` unless a call says."""
+        self.tap.describe_llm(path, LlmCell(provider, model))
+
+    def add_source(self, name: str, source: Source) -> None:
+        """Scrape ``source``'s families too, from now on (in place of an earlier ``name``)."""
+        self.sources[name] = source
+
+    async def exposition(self) -> bytes:
+        """The text a scrape answers. The families are read on the event loop (where the
+        counters change, so none changes mid-read) and written out on a worker thread."""
+        families = list(self.registry.collect())
+        return await asyncio.to_thread(generate_latest, _Collected(families))
+
+
+class _Collected(Collector):
+    """Families already read, as ``generate_latest`` wants a registry."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
+def metrics_of(colony: Colony) -> ColonyMetrics:
+    """``colony``'s metrics, made (and its tap registered) on first use."""
+    metrics = _OF.get(colony)
+    if metrics is None:
+        metrics = _OF[colony] = ColonyMetrics(colony)
+    return metrics
