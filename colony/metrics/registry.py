@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from colony.metrics.collector import ColonyCollector, Source
+from colony.metrics.collector import ColonyCollector, Snapshot, Source, families
 from colony.metrics.tap import HandoffTap, LlmCell
 
 if TYPE_CHECKING:
@@ -37,7 +37,8 @@ class ColonyMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.tap = HandoffTap(self._known, {})
         self.sources: dict[str, Source] = {}
-        self.registry.register(ColonyCollector(colony, self.tap, self.sources))
+        self.collector = ColonyCollector(colony, self.tap, self.sources)
+        self.registry.register(self.collector)
         colony.events.taps.append(self.tap)
 
     def _known(self, path: str) -> bool:
@@ -53,20 +54,24 @@ class ColonyMetrics:
         self.sources[name] = source
 
     async def exposition(self) -> bytes:
-        """The text a scrape answers. The families are read on the event loop (where the
-        counters change, so none changes mid-read) and written out on a worker thread."""
-        families = list(self.registry.collect())
-        return await asyncio.to_thread(generate_latest, _Collected(families))
+        """The text a scrape answers: the numbers are copied on the event loop (where they
+        change, so none changes mid-read), the families made and written on a worker thread.
+        Only this colony's collector is read (the registry holds nothing else)."""
+        return await asyncio.to_thread(_text, self.collector.snapshot())
 
 
-class _Collected(Collector):
-    """Families already read, as ``generate_latest`` wants a registry."""
+def _text(snap: Snapshot) -> bytes:
+    return generate_latest(_Frozen(snap))
 
-    def __init__(self, families: list[Metric]) -> None:
-        self._families = families
+
+class _Frozen(Collector):
+    """One snapshot's families, as ``generate_latest`` wants a registry."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        self._snap = snap
 
     def collect(self) -> Iterator[Metric]:
-        return iter(self._families)
+        return families(self._snap)
 
 
 def metrics_of(colony: Colony) -> ColonyMetrics:

@@ -27,6 +27,14 @@ class Tally:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.total += value
 
+    def copy(self) -> Tally:
+        """A copy that stops changing (what a scrape formats off the event loop)."""
+        copied = Tally.__new__(Tally)
+        copied.bounds = self.bounds
+        copied.counts = list(self.counts)
+        copied.total = self.total
+        return copied
+
     @property
     def count(self) -> int:
         return sum(self.counts)
