@@ -18,7 +18,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from colony.metrics.collector import ColonyCollector, Snapshot, Source, families
-from colony.metrics.tap import HandoffTap, LlmCell
+from colony.metrics.tap import HandoffTap, LlmLabels
 
 if TYPE_CHECKING:
     from colony.colony import Colony
@@ -47,7 +47,7 @@ class ColonyMetrics:
 
     def describe_llm(self, path: str, provider: str, model: str | None) -> None:
         """The LLM cell at ``path`` calls ``provider``, with ``model`` unless a call says."""
-        self.tap.describe_llm(path, LlmCell(provider, model))
+        self.tap.describe_llm(path, LlmLabels(provider, model))
 
     def add_source(self, name: str, source: Source) -> None:
         """Scrape ``source``'s families too, from now on (in place of an earlier ``name``)."""

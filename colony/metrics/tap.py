@@ -32,7 +32,7 @@ UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True, slots=True)
-class LlmCell:
+class LlmLabels:
     """What an LLM cell is configured with: its labels when a call does not say."""
 
     provider: str
@@ -44,7 +44,7 @@ class CellTally:
 
     __slots__ = ("failed", "handling", "llm")
 
-    def __init__(self, llm: LlmCell | None) -> None:
+    def __init__(self, llm: LlmLabels | None) -> None:
         self.handling = Tally(HANDLING_MS)
         self.failed: dict[str, int] = {}
         """Handlings that did not end ``ok``, by outcome (``ok`` = the rest)."""
@@ -72,7 +72,7 @@ class HandoffTap:
     else its sender when that is one, else ``""`` (a message sent to a path that does not
     exist never becomes a label). ``llm`` maps an LLM cell's path to its provider and model."""
 
-    def __init__(self, known: Callable[[str], bool], llm: Mapping[str, LlmCell]) -> None:
+    def __init__(self, known: Callable[[str], bool], llm: Mapping[str, LlmLabels]) -> None:
         self._known = known
         self.llm_cells = dict(llm)
         self.cells: dict[str, CellTally] = {}
@@ -97,14 +97,14 @@ class HandoffTap:
         if fx.letters:
             self._letters(fx.letters)
 
-    def describe_llm(self, path: str, cell: LlmCell) -> None:
+    def describe_llm(self, path: str, cell: LlmLabels) -> None:
         """Name an LLM cell's provider and model (before traffic, or its cell's later calls)."""
         self.llm_cells[path] = cell
         tally = self.cells.get(path)
         if tally is not None:
             tally.llm = cell
 
-    def _call(self, handled: Handled, cell: LlmCell | None) -> None:
+    def _call(self, handled: Handled, cell: LlmLabels | None) -> None:
         provider = cell.provider if cell is not None else UNKNOWN
         model = handled.model or (cell.model if cell is not None else None) or UNKNOWN
         tally = self.calls.get((provider, model))

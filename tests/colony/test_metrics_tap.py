@@ -7,13 +7,13 @@ from colony.dead_letters import DeadLetter
 from colony.effects import Effects, Handled
 from colony.ingress import source_message_of
 from colony.metrics.tally import Tally
-from colony.metrics.tap import MODELS, OTHER, HandoffTap, LlmCell
+from colony.metrics.tap import MODELS, OTHER, HandoffTap, LlmLabels
 
 TREE = {"/", "/a", "/brain"}
 
 
 def tap() -> HandoffTap:
-    return HandoffTap(TREE.__contains__, {"/brain": LlmCell("anthropic", "claude-configured")})
+    return HandoffTap(TREE.__contains__, {"/brain": LlmLabels("anthropic", "claude-configured")})
 
 
 def handed(cell: str, outcome: str = "ok", model: str | None = None, ms: int = 3) -> Effects:
