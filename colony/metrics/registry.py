@@ -1,15 +1,15 @@
 """One colony's metrics: its registry, its tap, and the text a scrape answers.
 
 :func:`metrics_of` gives the colony's one :class:`ColonyMetrics` (made on first use, so an
-API built twice over one colony does not count twice). The composition root describes what
-the kernel cannot know before traffic flows: which cells call which LLM provider, and the
-sources of families a cell type keeps (:mod:`cells.metrics`).
+API built twice over one colony does not count twice); it is found through its tap in the
+colony's ``events.taps``, so it lives exactly as long as the colony. The composition root
+describes what the kernel cannot know before traffic flows: which cells call which LLM
+provider, and the sources of families a cell type keeps (:mod:`cells.metrics`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 """The media type of what ``generate_latest`` writes (Prometheus' text format)."""
 
-_OF: weakref.WeakKeyDictionary[Colony, ColonyMetrics] = weakref.WeakKeyDictionary()
-
 
 class ColonyMetrics:
     """The registry of one colony, fed by one tap on its hand-offs."""
@@ -36,6 +34,7 @@ class ColonyMetrics:
         self.colony = colony
         self.registry = CollectorRegistry(auto_describe=False)
         self.tap = HandoffTap(self._known, {})
+        self.tap.owner = self
         self.sources: dict[str, Source] = {}
         self.collector = ColonyCollector(colony, self.tap, self.sources)
         self.registry.register(self.collector)
@@ -76,7 +75,7 @@ class _Frozen(Collector):
 
 def metrics_of(colony: Colony) -> ColonyMetrics:
     """``colony``'s metrics, made (and its tap registered) on first use."""
-    metrics = _OF.get(colony)
-    if metrics is None:
-        metrics = _OF[colony] = ColonyMetrics(colony)
-    return metrics
+    for tap in colony.events.taps:
+        if isinstance(tap, HandoffTap) and isinstance(tap.owner, ColonyMetrics):
+            return tap.owner
+    return ColonyMetrics(colony)

@@ -81,6 +81,8 @@ class HandoffTap:
         self.calls: dict[tuple[str, str], LlmTally] = {}
         """LLM calls by (provider, model)."""
         self._models: dict[str, set[str]] = {}
+        self.owner: object = None
+        """Who registered this tap (how :func:`colony.metrics.registry.metrics_of` finds it)."""
 
     def __call__(self, fx: Effects) -> None:
         handled = fx.handled
