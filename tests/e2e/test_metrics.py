@@ -7,7 +7,13 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from colony.api import build_app, serve
-from colony.testing import ColonyHarness, ScriptedOpenAI, error_status, text_reply
+from colony.testing import (
+    ColonyHarness,
+    ScriptedOpenAI,
+    ScriptItem,
+    error_status,
+    text_reply,
+)
 from tests.api_client import Api, served
 from tests.conftest import CONTRACT, TreeFactory, cell, hive
 
@@ -119,7 +125,7 @@ async def test_an_llm_colony_counts_calls_tokens_and_errors_by_provider_and_mode
             "contract": CONTRACT,
         },
     }
-    script = [
+    script: list[ScriptItem] = [
         text_reply("one", model="gpt-scripted", prompt_tokens=11, completion_tokens=4),
         text_reply("two", model="gpt-scripted", prompt_tokens=9, completion_tokens=6),
         error_status(500, message="the provider is down"),
