@@ -38,7 +38,7 @@ class ColonyMetrics:
         self.sources: dict[str, Source] = {}
         self.collector = ColonyCollector(colony, self.tap, self.sources)
         self.registry.register(self.collector)
-        colony.events.taps.append(self.tap)
+        colony.events.taps.append(self.tap.observe)
 
     def _known(self, path: str) -> bool:
         colony = self.colony
@@ -76,6 +76,7 @@ class _Frozen(Collector):
 def metrics_of(colony: Colony) -> ColonyMetrics:
     """``colony``'s metrics, made (and its tap registered) on first use."""
     for tap in colony.events.taps:
-        if isinstance(tap, HandoffTap) and isinstance(tap.owner, ColonyMetrics):
-            return tap.owner
+        counting = getattr(tap, "__self__", None)
+        if isinstance(counting, HandoffTap) and isinstance(counting.owner, ColonyMetrics):
+            return counting.owner
     return ColonyMetrics(colony)

@@ -10,6 +10,7 @@ mailboxes and the colony count them already.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -84,20 +85,29 @@ class HandoffTap:
         self.owner: object = None
         """Who registered this tap (how :func:`colony.metrics.registry.metrics_of` finds it)."""
 
-    def __call__(self, fx: Effects) -> None:
+    def observe(self, fx: Effects) -> None:
+        """The tap (register this bound method: it is called on every hand-off)."""
         handled = fx.handled
         if handled is not None:
             cell = self.cells.get(handled.cell)
             if cell is None:
                 cell = self.cells[handled.cell] = CellTally(self.llm_cells.get(handled.cell))
-            cell.handling.add(handled.duration_ms)
-            outcome = handled.outcome
-            if outcome != "ok":
-                cell.failed[outcome] = cell.failed.get(outcome, 0) + 1
-            if handled.model is not None or (cell.llm is not None and outcome != "ok"):
-                self._call(handled, cell.llm)
+            ms = handled.duration_ms
+            tally = cell.handling  # Tally.add, inlined: this runs for every handling
+            tally.counts[bisect_left(HANDLING_MS, ms)] += 1
+            tally.total += ms
+            if handled.outcome != "ok" or handled.model is not None or cell.llm is not None:
+                self._rare(handled, cell)
         if fx.letters:
             self._letters(fx.letters)
+
+    def _rare(self, handled: Handled, cell: CellTally) -> None:
+        """A failed handling, or one of an LLM cell or with an LLM call."""
+        outcome = handled.outcome
+        if outcome != "ok":
+            cell.failed[outcome] = cell.failed.get(outcome, 0) + 1
+        if handled.model is not None or (cell.llm is not None and outcome != "ok"):
+            self._call(handled, cell.llm)
 
     def describe_llm(self, path: str, cell: LlmLabels) -> None:
         """Name an LLM cell's provider and model (before traffic, or its cell's later calls)."""

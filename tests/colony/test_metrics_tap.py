@@ -31,8 +31,8 @@ def letter(target: str, sender: str) -> DeadLetter:
 def test_past_the_model_cap_a_provider_s_new_models_count_as_other() -> None:
     counting = tap()
     for n in range(MODELS + 5):
-        counting(handed("/brain", model=f"model-{n}"))
-    counting(handed("/brain", model="model-0"))  # one seen before the cap keeps its label
+        counting.observe(handed("/brain", model=f"model-{n}"))
+    counting.observe(handed("/brain", model="model-0"))  # one seen before the cap keeps its label
     models = {model for provider, model in counting.calls if provider == "anthropic"}
     assert len(models) == MODELS + 1
     assert counting.calls[("anthropic", OTHER)].calls == 5
@@ -41,8 +41,8 @@ def test_past_the_model_cap_a_provider_s_new_models_count_as_other() -> None:
 
 def test_a_failed_llm_handling_counts_as_an_error_of_the_configured_model() -> None:
     counting = tap()
-    counting(handed("/brain", outcome="error"))
-    counting(handed("/a", outcome="error"))  # not an llm cell, no model: no LLM call
+    counting.observe(handed("/brain", outcome="error"))
+    counting.observe(handed("/a", outcome="error"))  # not an llm cell, no model: no LLM call
     assert list(counting.calls) == [("anthropic", "claude-configured")]
     call = counting.calls[("anthropic", "claude-configured")]
     assert (call.calls, call.errors) == (1, 1)
@@ -57,7 +57,7 @@ def test_a_dead_letter_counts_under_a_node_of_the_tree_or_none() -> None:
         letter("/no/such/0193-uuid", "/a"),  # a path nobody has: its sender
         letter("/no/such/other", "@somewhere"),  # neither: no cell
     ]
-    counting(fx)
+    counting.observe(fx)
     assert counting.letters == {
         ("unresolved_path", "/a"): 2,
         ("unresolved_path", ""): 1,
