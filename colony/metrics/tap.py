@@ -66,7 +66,7 @@ class LlmTally:
 
 
 class HandoffTap:
-    """Counts what each committed hand-off tells (register it in ``events.taps``).
+    """Counts what each committed hand-off tells (register :meth:`observe` in ``events.taps``).
 
     ``known`` says whether a path is one of the colony's cells or hives: a dead letter is
     counted under the cell where it died, its resolved target when that is a node of the tree,

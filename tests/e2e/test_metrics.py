@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import signal
+import time
 from typing import Any
 
+import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from colony.api import build_app, serve
@@ -16,6 +19,7 @@ from colony.testing import (
 )
 from tests.api_client import Api, served
 from tests.conftest import CONTRACT, TreeFactory, cell, hive
+from tests.e2e.test_cli_daemon import start, wait_for_line
 
 USER = {"messages": [{"origin": "user", "type": "text", "text": "hi"}]}
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -195,8 +199,6 @@ async def test_a_live_pool_worker_is_counted(make_tree: TreeFactory) -> None:
 
 
 async def test_with_a_token_the_scrape_needs_it(make_tree: TreeFactory) -> None:
-    import httpx
-
     async with ColonyHarness(make_tree(relay_tree()), capture=["/relay"]) as colony:
         runner = await serve(build_app(colony.colony, token="s3cret"), "127.0.0.1", 0)
         try:
@@ -220,3 +222,28 @@ async def test_two_apps_over_one_colony_count_each_handoff_once(make_tree: TreeF
     assert (
         value(after, "colony_cell_handled_total", cell="/relay", type="capture", outcome="ok") == 1
     )
+
+
+def test_the_daemon_serves_metrics_with_its_code_workers(make_tree: TreeFactory) -> None:
+    script = "import sys,json; json.load(sys.stdin); print(json.dumps({'messages': []}))"
+    root = make_tree(
+        {
+            "main/config.json": hive({"from": ".", "to": "./worker"}),
+            "main/worker/config.json": cell("code", {"script_inline": script}),
+        }
+    )
+    handled = {"cell": "/worker", "type": "code", "outcome": "ok"}
+    with start(root, "--api", "127.0.0.1:0") as process:
+        url = wait_for_line(process, "HTTP API on").split("HTTP API on ", 1)[1].strip()
+        with httpx.Client(base_url=url, trust_env=False, timeout=10) as client:
+            assert client.post("/messages", json={"target": "/", "body": USER}).status_code == 202
+            deadline = time.monotonic() + 20
+            samples = parse(client.get("/metrics").text)
+            while value(samples, "colony_cell_handled_total", **handled) < 1:
+                assert time.monotonic() < deadline, "the message was never handled"
+                time.sleep(0.05)
+                samples = parse(client.get("/metrics").text)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+    assert value(samples, "colony_code_workers", cell="/worker") == 1
+    assert value(samples, "colony_deliveries_total", cell="/worker") == 1
