@@ -37,6 +37,7 @@ from colony.httpguard import (
 from colony.ingress import source_message_of
 from colony.liveness import Health, Storage, judge
 from colony.livestream import interest_of, stream
+from colony.metrics.registry import CONTENT_TYPE, metrics_of
 from colony.openapi import document
 from colony.persist.db import PersistenceError, UnitRejected
 from colony.persist.escape import has_surrogate
@@ -300,6 +301,11 @@ class Api:
             {"path": path, "revived": revived, "status_before": before, "state": runner.state.value}
         )
 
+    async def metrics(self, request: web.Request) -> web.Response:
+        """``GET /metrics``: Prometheus' text format (:mod:`colony.metrics`)."""
+        text = await metrics_of(self.colony).exposition()
+        return web.Response(body=text, headers={"Content-Type": CONTENT_TYPE})
+
     async def events(self, request: web.Request) -> web.StreamResponse:
         """``GET /colony/events``: :mod:`colony.livestream`."""
         filters = parse_http(EventsFilters, list(request.query.items()))
@@ -444,6 +450,7 @@ def build_app(
     for route in (extra_routes or {}).values():
         described.update(getattr(route, "openapi", {}))
     app[DOCUMENT_KEY] = document(token_required=token is not None, extra=described)
+    metrics_of(colony)  # counting starts with the API, not at the first scrape
     app.router.add_get("/health", api.health)
     app.router.add_get("/ready", api.ready)
     app.router.add_get("/openapi.json", api.openapi)
@@ -455,6 +462,7 @@ def build_app(
     app.router.add_post("/colony/dead_letters/{id}/replay", api.replay)
     app.router.add_post("/colony/cells/revive", api.revive)
     app.router.add_get("/colony/events", api.events)
+    app.router.add_get("/metrics", api.metrics)
     for (method, path), route in (extra_routes or {}).items():
 
         async def bound(

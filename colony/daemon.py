@@ -30,6 +30,7 @@ from typing import Any, TextIO
 
 from cells import close_shared_resources, implemented_cell_types, prepare
 from cells.llm.chat_endpoint import ChatRoute
+from cells.metrics import describe_cells
 from colony.api import build_app, serve
 from colony.boot import open_colony
 from colony.cell import CellType, param_checks
@@ -227,6 +228,7 @@ async def _serve(
     pinging: asyncio.Task[None] | None = None
     try:
         if api is not None:
+            describe_cells(colony)  # GET /metrics: LLM providers, code workers
             app = build_app(colony, token=api_token, extra_routes={("POST", "/llm/chat"): chat})
             try:
                 server = await serve(app, *api)

@@ -298,6 +298,17 @@ def document(
             },
         }
     }
+    paths["/metrics"] = {
+        "get": {
+            "summary": "Prometheus metrics in the text exposition format (docs/metrics.md)",
+            "responses": {
+                "200": {
+                    "description": "every family of this colony, read at this request",
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                }
+            },
+        }
+    }
     paths.update(copy.deepcopy(dict(extra or {})))
     doc: dict[str, Any] = {
         "openapi": "3.0.3",

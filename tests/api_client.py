@@ -10,6 +10,7 @@ import httpx
 from aiohttp import web
 
 from cells.llm.chat_endpoint import ChatRoute
+from cells.metrics import describe_cells
 from colony.api import build_app, serve
 from colony.httpguard import ServerLimits
 from colony.testing import ColonyHarness
@@ -35,6 +36,7 @@ async def served(
 ) -> AsyncIterator[Api]:
     """The API of ``colony`` (with ``POST /llm/chat`` mounted, as the daemon mounts it)."""
     chat = ChatRoute()
+    describe_cells(colony.colony)  # as the daemon does
     app = build_app(colony.colony, extra_routes={("POST", "/llm/chat"): chat}, limits=limits)
     runner = await serve(app, "127.0.0.1", 0)
     try:
