@@ -49,8 +49,9 @@ class Snapshot:
     """(path, delivered, queued, overflowing, capacity, busy, restarts) per cell."""
     states: dict[str, int] = field(default_factory=dict)
     waiting: dict[str, int] = field(default_factory=dict)
-    handling: list[tuple[str, str, Tally, dict[str, int]]] = field(default_factory=list)
-    """(path, type, durations in ms, failed handlings by outcome) per cell seen handling."""
+    handling: list[tuple[str, str, Tally, dict[str, int], Tally]] = field(default_factory=list)
+    """(path, type, durations in ms, failed handlings by outcome, mailbox waits in ms) per
+    cell seen handling."""
     rows: int = 0
     journalled: int = 0
     rejected: int = 0
@@ -97,7 +98,9 @@ def snapshot(colony: Colony, tap: HandoffTap, sources: Iterable[Source]) -> Snap
     for path, tally in tap.cells.items():
         known = runners.get(path)
         kind = known.type.name if known is not None else ""
-        snap.handling.append((path, kind, tally.handling.copy(), dict(tally.failed)))
+        snap.handling.append(
+            (path, kind, tally.handling.copy(), dict(tally.failed), tally.wait.copy())
+        )
     db = colony.db.statistics()
     snap.rows, snap.journalled, snap.rejected = db.rows_written, db.journalled, db.rejected
     snap.kept, snap.available = db.kept, db.unavailable is None
@@ -244,12 +247,20 @@ def _handling(snap: Snapshot) -> Iterator[Metric]:
         "Handlings each cell finished, by outcome (ok, error, crashed, timed_out, refused).",
         labels=["cell", "type", "outcome"],
     )
-    for path, kind, tally, failed in sorted(snap.handling, key=lambda h: h[0]):
+    waited = HistogramMetricFamily(
+        "colony_mailbox_wait_seconds",
+        "How long each cell's messages waited from their making to the start of their "
+        "handling (in the mailbox, its backlog, or across a restart).",
+        labels=["cell", "type"],
+    )
+    for path, kind, tally, failed, wait in sorted(snap.handling, key=lambda h: h[0]):
         seconds.add_metric([path, kind], tally.buckets(MS), tally.sum(MS))
+        waited.add_metric([path, kind], wait.buckets(MS), wait.sum(MS))
         handled.add_metric([path, kind, "ok"], tally.count - sum(failed.values()))
         for outcome, n in sorted(failed.items()):
             handled.add_metric([path, kind, outcome], n)
     yield seconds
+    yield waited
     yield handled
 
 

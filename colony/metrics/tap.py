@@ -21,6 +21,9 @@ from colony.metrics.tally import Tally
 HANDLING_MS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000, 120_000)
 """Bounds of the handling-duration histogram, in milliseconds (exposed in seconds)."""
 
+WAIT_MS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 5000, 30_000, 60_000, 300_000)
+"""Bounds of the mailbox-wait histogram, in milliseconds (exposed in seconds)."""
+
 LLM_MS = (100, 250, 500, 1000, 2000, 5000, 10_000, 20_000, 30_000, 60_000, 120_000)
 """Bounds of the LLM-latency histogram, in milliseconds (exposed in seconds)."""
 
@@ -43,10 +46,13 @@ class LlmLabels:
 class CellTally:
     """One cell's handling times and how its handlings ended."""
 
-    __slots__ = ("failed", "handling", "llm")
+    __slots__ = ("failed", "handling", "llm", "wait")
 
     def __init__(self, llm: LlmLabels | None) -> None:
         self.handling = Tally(HANDLING_MS)
+        self.wait = Tally(WAIT_MS)
+        """From a message's making to the start of its handling: its time in the mailbox
+        (and in its journal backlog, or across a restart, when it was redelivered)."""
         self.failed: dict[str, int] = {}
         """Handlings that did not end ``ok``, by outcome (``ok`` = the rest)."""
         self.llm = llm
@@ -63,6 +69,17 @@ class LlmTally:
         self.prompt = 0
         self.completion = 0
         self.latency = Tally(LLM_MS)
+
+
+def made_ms(message_id: str) -> int | None:
+    """The millisecond a message was made: the first 48 bits of its UUID v7 id
+    (:mod:`colony.ids`); None for an id of another form (a test's, a foreign one)."""
+    if len(message_id) != 36 or message_id[14] != "7":
+        return None
+    try:
+        return int(message_id[:8] + message_id[9:13], 16)
+    except ValueError:
+        return None
 
 
 class HandoffTap:
@@ -96,6 +113,12 @@ class HandoffTap:
             tally = cell.handling  # Tally.add, inlined: this runs for every handling
             tally.counts[bisect_left(HANDLING_MS, ms)] += 1
             tally.total += ms
+            made = made_ms(handled.message_id)
+            if made is not None:
+                waited = max(0, handled.started_ms - made)
+                tally = cell.wait
+                tally.counts[bisect_left(WAIT_MS, waited)] += 1
+                tally.total += waited
             if handled.outcome != "ok" or handled.model is not None or cell.llm is not None:
                 self._rare(handled, cell)
         if fx.letters:

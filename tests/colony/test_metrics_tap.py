@@ -5,9 +5,10 @@ from __future__ import annotations
 from colony.config.models import ColonyConfig
 from colony.dead_letters import DeadLetter
 from colony.effects import Effects, Handled
+from colony.ids import now_ms, uuid7
 from colony.ingress import source_message_of
 from colony.metrics.tally import Tally
-from colony.metrics.tap import MODELS, OTHER, HandoffTap, LlmLabels
+from colony.metrics.tap import MODELS, OTHER, WAIT_MS, HandoffTap, LlmLabels, made_ms
 
 TREE = {"/", "/a", "/brain"}
 
@@ -71,3 +72,29 @@ def test_a_tally_buckets_cumulatively_with_inf_last() -> None:
     assert tally.buckets(0.001) == [("0.001", 2), ("0.005", 3), ("0.01", 4), ("+Inf", 5)]
     assert tally.count == 5
     assert tally.sum(0.001) == 0.061
+
+
+def test_a_message_s_mailbox_wait_runs_from_its_making_to_its_handling_s_start() -> None:
+    counting = tap()
+    made = now_ms()
+    message_id = uuid7()
+    fx = Effects()
+    fx.handled = Handled(
+        message_id, "t", "/a", "x", made + 2_000, 1, "ok", None, None, None, None, None
+    )
+    counting.observe(fx)
+    counting.observe(handed("/a"))  # an id of another form: no wait is guessed for it
+    wait = counting.cells["/a"].wait
+    assert wait.count == 1
+    assert 2_000 <= wait.total <= 2_001  # the id's millisecond may be the next one
+    assert wait.buckets()[WAIT_MS.index(1000)][1] == 0  # not at most 1 s
+    assert wait.buckets()[WAIT_MS.index(5000)][1] == 1  # at most 5 s
+
+
+def test_a_v7_id_carries_the_millisecond_it_was_made_in() -> None:
+    before = now_ms()
+    made = made_ms(uuid7())
+    assert made is not None
+    assert before <= made <= now_ms()
+    assert made_ms("m") is None
+    assert made_ms("0193zzzz-0000-7000-8000-000000000000") is None

@@ -86,6 +86,10 @@ async def test_the_scrape_parses_and_its_counters_move_by_what_flowed(
             == 3
         )
         assert (
+            moved(before, after, "colony_mailbox_wait_seconds_count", cell="/relay", type="capture")
+            == 3
+        )
+        assert (
             moved(
                 before,
                 after,
