@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-postgres lint bench soak install clean pictures screenshots
+.PHONY: run test test-postgres lint bench soak install clean pictures screenshots wheel-demo
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ test: $(STAMP)
 # default the machine's server on 127.0.0.1:5432); what only colony.db does is skipped.
 test-postgres: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --backend postgres
+
+# The wheel on its own: built from the checkout's files, installed into a throwaway virtualenv,
+# `meclaw --version` and `meclaw demo` run from a folder outside the checkout (.ci/wheel-demo).
+wheel-demo:
+	.ci/wheel-demo $(PYTHON)
 
 lint: $(STAMP)
 	$(BIN)/ruff check colony cells scripted tests bench

@@ -161,7 +161,7 @@ class BashCell:
     def __init__(self, spec: CellSpec) -> None:
         self.params = BashParams.model_validate({} if spec.params is None else spec.params)
         self.path = spec.path
-        self._env = job_environment(self.params.env)
+        self._env = job_environment(self.params.env, tree_read_only=spec.state != spec.folder)
         self._redactor = Redactor(v for k, v in self.params.env.items() if looks_secret_key(k))
         self._cwd, self._own_cwd = working_directory(spec.folder)
 

@@ -1,4 +1,5 @@
-"""A cell's own SQLite file, ``cell.db`` in its folder, written once for every cell that keeps one.
+"""A cell's own SQLite file, ``cell.db`` in its state folder, written once for every cell that
+keeps one.
 
 Three things each stateful cell needs and once wrote for itself:
 
@@ -7,7 +8,9 @@ Three things each stateful cell needs and once wrote for itself:
   a reader never blocks the writer, ``synchronous=NORMAL`` (a committed transaction survives a
   crash of the daemon; only a power cut can take back the last ones) and a busy timeout so a
   second connection waits for the lock instead of failing at once. A cell without a folder (a
-  test) gets a private in-memory database.
+  test) gets a private in-memory database. The folder is ``CellSpec.state``: the cell's folder
+  in the tree, or its folder under ``--state-dir`` (:mod:`colony.statedir`), made here (mode
+  0700) the first time the cell opens its file.
 * :func:`bounded` interrupts statements that run past ``query_timeout_ms`` and raises
   :class:`QueryTimeoutError`, so a runaway query cannot hold the cell's single writer.
 * :class:`ParamsOverlay` keeps the runtime ``params`` updates (the "β" overlay of cells.md
@@ -33,6 +36,7 @@ __all__ = [
     "cell_db_path",
     "connect",
     "open_cell_db",
+    "own_folder",
 ]
 
 CELL_DB = "cell.db"
@@ -50,6 +54,14 @@ class QueryTimeoutError(Exception):
 def cell_db_path(folder: Path | None) -> str:
     """Where a cell's file is: ``<folder>/cell.db``, or in memory for a cell without a folder."""
     return MEMORY if folder is None else str(Path(folder) / CELL_DB)
+
+
+def own_folder(folder: Path) -> Path:
+    """``folder`` (a cell's ``spec.state``), made when missing: a state folder outside the tree
+    is made on demand, the cell's own folder in the tree always exists (nothing is written)."""
+    if not folder.is_dir():
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder
 
 
 def connect(
@@ -80,7 +92,7 @@ def open_cell_db(
 ) -> tuple[sqlite3.Connection, bool]:
     """The cell's connection, and whether the file is fresh (created by this call, or in
     memory): a fresh file is where a cell stores its seed."""
-    target = cell_db_path(folder)
+    target = cell_db_path(None if folder is None else own_folder(Path(folder)))
     fresh = target == MEMORY or not Path(target).exists()
     return connect(target, busy_timeout_ms=busy_timeout_ms), fresh
 

@@ -4,10 +4,11 @@ Request → envelope or query; no routing logic here. Every error body has one s
 ``{"error": "<token>", "detail": "<what and why>"}`` (400 = unreadable, 404 = no such thing,
 422 = understood but refused, 429/503 = not now, with ``Retry-After``). Bind loopback by
 default; a non-loopback bind needs a bearer token (``--api-token-env VAR``), checked on every
-route but ``/health`` and the web console's static files (``/ui/``, :mod:`colony.console`).
-The reads are :mod:`colony.reads` with the filters of
-:mod:`colony.queries`, the same a cell gets by sending a message to ``/colony/<read>``; what a
-client may hold (connections, time, bytes in flight) is bounded by :mod:`colony.httpguard`.
+route but the probes (``/health``, ``/ready``: :mod:`colony.liveness`) and the web console's
+static files (``/ui/``, :mod:`colony.console`). The reads are :mod:`colony.reads` with the
+filters of :mod:`colony.queries`, the same a cell gets by sending a message to
+``/colony/<read>``; what a client may hold (connections, time, bytes in flight) is bounded by
+:mod:`colony.httpguard`.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ from colony.httpguard import (
     read_body,
 )
 from colony.ingress import source_message_of
+from colony.liveness import Health, Storage, judge
 from colony.livestream import interest_of, stream
+from colony.metrics.registry import CONTENT_TYPE, metrics_of
 from colony.openapi import document
 from colony.persist.db import PersistenceError, UnitRejected
 from colony.persist.escape import has_surrogate
@@ -47,6 +50,7 @@ from colony.persist.records import (
 )
 from colony.persist.source import Source
 from colony.queries import READS, DrainFilters, EventsFilters, QueryError, parse_http
+from colony.runner import CellState
 from colony.telemetry.context import join as join_trace
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -127,6 +131,8 @@ class Api:
     def __init__(self, colony: Colony, limits: ServerLimits | None = None) -> None:
         self.colony = colony
         self.limits = limits or ServerLimits()
+        self.stopping = False
+        """The server shuts down (``GET /ready`` answers 503 from then on)."""
 
     @property
     def source(self) -> Source:
@@ -134,13 +140,48 @@ class Api:
         return self.colony.db.source
 
     async def health(self, request: web.Request) -> web.Response:
-        doc: dict[str, Any] = {"status": "ok"}
-        member = self.colony.cluster
+        """``ok``, ``degraded`` or ``failing`` with a reason each (:mod:`colony.liveness`);
+        503 when failing. Reads memory only: it answers while the storage hangs."""
+        colony = self.colony
+        db = colony.db
+        stats = db.statistics()
+        storage = Storage(not db.closed, stats.unavailable, stats.kept)
+        tasks = colony.events.io.tasks()
+        failed = [p for p, r in colony.runners.items() if r.state is CellState.FAILED]
+        report = judge(storage, tasks, failed)
+        doc: dict[str, Any] = {"status": report.status.value, "reasons": report.reasons}
+        member = colony.cluster
         if member is not None:  # which node answers, and the conversations it runs
             doc["node"] = member.node
             doc["partitions"] = sorted(member.owned)
-        doc["io_liveness"] = None
-        return json_response(doc)
+        doc["storage"] = {
+            "writer_alive": storage.writer_alive,
+            "unavailable": storage.unavailable,
+            "kept": storage.kept,
+        }
+        doc["journal"] = {
+            "durable": colony.at_least_once,
+            "in_flight": colony.in_flight.count,
+            "queued_bytes": colony.queued.value,
+            "spilled_bytes": colony.spilled.value,
+        }
+        doc["failed_cells"] = failed
+        doc["io_liveness"] = [t.to_json() for t in tasks] or None  # (meclaw's: last)
+        return json_response(doc, status=503 if report.status is Health.FAILING else 200)
+
+    async def ready(self, request: web.Request) -> web.Response:
+        """200 while the colony takes traffic: started, its storage writable, not stopping."""
+        db = self.colony.db
+        why: str | None
+        if self.stopping:
+            why = "the daemon is stopping"
+        elif db.closed:
+            why = "the storage writer has stopped"
+        else:
+            why = db.unavailable()
+        if why is not None:
+            return json_response({"ready": False, "reason": why}, status=503)
+        return json_response({"ready": True, "reason": None})
 
     async def openapi(self, request: web.Request) -> web.Response:
         return json_response(request.app[DOCUMENT_KEY])
@@ -262,6 +303,11 @@ class Api:
             {"path": path, "revived": revived, "status_before": before, "state": runner.state.value}
         )
 
+    async def metrics(self, request: web.Request) -> web.Response:
+        """``GET /metrics``: Prometheus' text format (:mod:`colony.metrics`)."""
+        text = await metrics_of(self.colony).exposition()
+        return web.Response(body=text, headers={"Content-Type": CONTENT_TYPE})
+
     async def events(self, request: web.Request) -> web.StreamResponse:
         """``GET /colony/events``: :mod:`colony.livestream`."""
         filters = parse_http(EventsFilters, list(request.query.items()))
@@ -273,6 +319,8 @@ class Api:
 
 
 DOCUMENT_KEY: web.AppKey[dict[str, Any]] = web.AppKey("openapi", dict)
+_OPEN = frozenset({"/health", "/ready"})
+"""Routes an orchestrator probes without a token."""
 
 
 def _authorized(request: web.Request, token: str) -> bool:
@@ -332,7 +380,7 @@ def build_app(
     async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         if (
             token is not None
-            and request.path != "/health"
+            and request.path not in _OPEN
             and not is_console_path(request.path)  # static files; every data call needs it
             and not _authorized(request, token)
         ):
@@ -390,8 +438,10 @@ def build_app(
             in_flight.give(held)
 
     app = web.Application(middlewares=[guard, errors], client_max_size=MAX_BODY)
+    api = Api(colony, limits)
 
     async def end_streams(app: web.Application) -> None:
+        api.stopping = True
         colony.events.close()  # before aiohttp waits for the handlers: each stream then ends
 
     app.on_shutdown.append(end_streams)
@@ -402,8 +452,9 @@ def build_app(
     for route in (extra_routes or {}).values():
         described.update(getattr(route, "openapi", {}))
     app[DOCUMENT_KEY] = document(token_required=token is not None, extra=described)
-    api = Api(colony, limits)
+    metrics_of(colony)  # counting starts with the API, not at the first scrape
     app.router.add_get("/health", api.health)
+    app.router.add_get("/ready", api.ready)
     app.router.add_get("/openapi.json", api.openapi)
     app.router.add_post("/messages", api.post_message)
     for path in READS:
@@ -413,6 +464,7 @@ def build_app(
     app.router.add_post("/colony/dead_letters/{id}/replay", api.replay)
     app.router.add_post("/colony/cells/revive", api.revive)
     app.router.add_get("/colony/events", api.events)
+    app.router.add_get("/metrics", api.metrics)
     for (method, path), route in (extra_routes or {}).items():
 
         async def bound(

@@ -2,9 +2,9 @@
 
 Boot: (the caller loads the tree) → prepare the cell types (warm workers fork before any
 thread exists) → open ``colony.db`` → wire the cells → start them. Exit: the reverse. Every
-task the colony runs (each cell, the storage watch, the watchdog) belongs to one task group
-owned by :func:`open_colony`, so an exception in any of them cancels the block it runs under
-and surfaces from it, instead of vanishing in a task nobody awaits.
+task the colony runs (each cell, the storage watch, the watchdog, the pruner) belongs to one
+task group owned by :func:`open_colony`, so an exception in any of them cancels the block it
+runs under and surfaces from it, instead of vanishing in a task nobody awaits.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ from colony.persist.backend import Backend
 from colony.persist.celltables import ColonyTablesHost
 from colony.persist.db import ColonyDb
 from colony.persist.records import read_registry
+from colony.retention import start_pruner
+from colony.statedir import StateDir
 from colony.telemetry.setup import open_tracing
 
 if TYPE_CHECKING:
@@ -74,6 +76,7 @@ async def open_colony(
     on_phase: Callable[[str], None] | None = None,
     node: str | None = None,
     say: Callable[[str], None] | None = None,
+    state: StateDir | None = None,
 ) -> AsyncIterator[Colony]:
     """Boot ``tree`` and yield the running colony; stop it, and everything it started, when
     the block ends. Raises :class:`colony.errors.BootError` (a cell type cannot start) and
@@ -81,14 +84,16 @@ async def open_colony(
     anything runs. ``on_phase`` is told as each boot phase ends (``prepare``, ``wire``,
     ``start``): what the boot benchmark times. ``node`` names this daemon in a cluster
     (``colony.json`` ``cluster``: the colony's database is the cluster's, and this node runs
-    the conversations of the partitions it owns). ``say`` repeats a boot warning the log
-    keeps where the operator looks (the daemon's stderr)."""
+    the conversations of the partitions it owns). ``state`` says where ``colony.db`` and the
+    cells' files are (default: in the tree, :mod:`colony.statedir`). ``say`` repeats a boot
+    warning the log keeps where the operator looks (the daemon's stderr)."""
     phase = on_phase or _ignore
+    state = state or StateDir.of(tree.root)
     try:
         if prepare is not None:
             await prepare((node.type, node.config.params) for node in tree.cells.values())
         phase("prepare")
-        db, member = _database(tree, node, log)
+        db, member = _database(tree, node, log, state)
         try:
             colony = wire(
                 tree,
@@ -99,6 +104,7 @@ async def open_colony(
                 engine=engine,
                 log_messages=log_messages,
                 cluster=member,
+                state=state,
             )
             phase("wire")
             tracing = open_tracing(tree.colony.telemetry, log, say=say)  # None: off, nothing hung
@@ -110,6 +116,7 @@ async def open_colony(
                     return group.create_task(work, name=name)
 
                 membership: asyncio.Task[None] | None = None
+                pruning: asyncio.Task[None] | None = None
                 try:
                     if member is not None:
                         from colony.cluster.carrier import ColonyCarrier
@@ -123,11 +130,13 @@ async def open_colony(
                         await colony.start(spawn)
                     if member is not None:
                         membership = spawn(member.run(carrier), "cluster member")
+                    pruning = start_pruner(db, tree.colony.retention, log, spawn)
                     phase("start")
                     yield colony
                 finally:
-                    if membership is not None:
-                        membership.cancel()
+                    for task in (membership, pruning):
+                        if task is not None:
+                            task.cancel()
                     try:
                         await colony.stop()
                     finally:
@@ -146,12 +155,14 @@ def _ignore(phase: str) -> None:
     pass
 
 
-def _database(tree: ColonyTree, node: str | None, log: Logger) -> tuple[Backend, Member | None]:
-    """``colony.db`` beside the tree, or, with a ``cluster`` block, the cluster's database and
+def _database(
+    tree: ColonyTree, node: str | None, log: Logger, state: StateDir
+) -> tuple[Backend, Member | None]:
+    """``colony.db`` in the state folder, or, with a ``cluster`` block, the cluster's database and
     this node's membership (imported only then: psycopg is the ``cluster`` extra's)."""
     cluster = tree.colony.cluster
     if cluster is None:
-        return ColonyDb(tree.root / "colony.db"), None
+        return ColonyDb(state.colony_db), None
     import psycopg
 
     from colony.cluster.member import Member
@@ -187,11 +198,14 @@ def wire(
     engine: Engine | None = None,
     log_messages: bool = True,
     cluster: Member | None = None,
+    state: StateDir | None = None,
 ) -> Colony:
     """Wire a loaded tree into a colony. An edge endpoint that names nothing is no refusal
     (the loader warned about it, as ``--validate`` does): what is routed there is
-    dead-lettered ``unresolved_path``."""
+    dead-lettered ``unresolved_path``. ``state``: where each cell keeps its files (default: its
+    folder)."""
     engine = engine or default_engine()
+    state = state or StateDir.of(tree.root)
     edges = EdgeTable((compile_edge(d, engine) for d in tree.edges), engine)
     colony = Colony(
         root=tree.root,
@@ -220,6 +234,8 @@ def wire(
             log=log.bind(cell=node.path),
             tables=tables,
             leader=cluster,
+            io=colony.events.io,
+            state=state.cell(node.path, node.folder),
         )
         colony.add(spec, cell_types[node.type], activity[node.path], registry)
     for cell in extra:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from colony.celltables import TablesHost
 from colony.config.models import CellBlock, ColonyConfig, Contract
 from colony.envelope import Envelope, JsonObject
+from colony.liveness import Liveness
 from colony.observability import Logger
 
 if TYPE_CHECKING:
@@ -53,7 +54,8 @@ class CellSpec:
     path: str
     type: str
     folder: Path | None
-    """The cell's own folder (``cell.db`` lives here); None for cells made in code."""
+    """The cell's folder in the tree (its config, seeds and scripts); None for cells made in
+    code."""
     params: Any
     contract: Contract
     cell: CellBlock
@@ -66,6 +68,17 @@ class CellSpec:
     leader: Leader | None = None
     """In a cluster, who runs what must run once in the whole colony (a poller, a timer);
     None for a daemon alone, which always leads."""
+    io: Liveness | None = None
+    """Where a cell that talks to the outside reports each attempt of its I/O tasks
+    (``io.task(path, "telegram_poll")``), for ``GET /health``; None outside a colony."""
+    state: Path | None = None
+    """Where the cell keeps its own files (``cell.db``): :attr:`folder` unless the colony's
+    state lives outside the tree (``--state-dir``, :mod:`colony.statedir`); a cell makes it
+    when it first writes there. Given None, it is :attr:`folder`."""
+
+    def __post_init__(self) -> None:
+        if self.state is None:
+            object.__setattr__(self, "state", self.folder)
 
 
 class Leader(Protocol):

@@ -5,14 +5,15 @@ Exit codes: 0 success, 1 the colony is invalid or failed, 2 usage error, 3 inter
 (a bug in the daemon — the message says so; no traceback reaches the user).
 
 An option given before a subcommand (``meclaw --root R dead-letters``) is never ignored:
-``--root`` is passed down to the subcommand, any other option is refused with a message
-saying where it belongs.
+``--root`` and ``--state-dir`` are passed down to the subcommand, any other option is refused
+with a message saying where it belongs.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import traceback
 from enum import StrEnum
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -24,6 +25,7 @@ from typer.core import TyperGroup
 from cells import BUILTIN_CELL_TYPES, implemented_cell_types
 from colony.cell import param_checks
 from colony.config.diagnostics import has_errors, render_github, render_json, render_text
+from colony.statedir import StateDir
 from colony.validate import validate
 
 if TYPE_CHECKING:
@@ -92,7 +94,7 @@ def _failure(message: str) -> typer.Exit:
     return typer.Exit(EXIT_INVALID)
 
 
-_PASSED_DOWN = frozenset({"root"})
+_PASSED_DOWN = frozenset({"root", "state_dir"})
 """Options of a command group that its subcommands take over when given before them."""
 
 
@@ -102,8 +104,9 @@ def _given(ctx: typer.Context, name: str) -> bool:
 
 
 def _pass_down(ctx: typer.Context) -> None:
-    """Before a subcommand runs: hand ``--root`` down to it when it takes one, refuse every
-    other option given before it (it would otherwise be silently ignored)."""
+    """Before a subcommand runs: hand ``--root`` and ``--state-dir`` down to it when it takes
+    them, refuse every other option given before it (it would otherwise be silently
+    ignored)."""
     name = ctx.invoked_subcommand or ""
     sub = f"{ctx.command_path} {name}"
     command = ctx.command.get_command(ctx, name) if isinstance(ctx.command, TyperGroup) else None
@@ -121,17 +124,29 @@ def _pass_down(ctx: typer.Context) -> None:
         )
 
 
-def _root_of(ctx: typer.Context, root: Path) -> Path:
-    """``--root`` of a subcommand: its own, or the one given before it (not both, unless
-    they agree)."""
-    outer = ctx.obj.get("root") if isinstance(ctx.obj, dict) else None
-    if outer is None or outer == root:
-        return root
-    if not _given(ctx, "root"):
+def _outer(ctx: typer.Context, name: str, value: Path | None) -> Path | None:
+    """A path option of a subcommand (``root``, ``state_dir``): its own, or the one given
+    before it (not both, unless they agree)."""
+    outer = ctx.obj.get(name) if isinstance(ctx.obj, dict) else None
+    if outer is None or outer == value:
+        return value
+    if not _given(ctx, name):
         return Path(outer)
+    flag = "--" + name.replace("_", "-")
     raise _usage_error(
-        f"--root was given twice ({outer} before `{ctx.info_name}`, {root} after it); give it once"
+        f"{flag} was given twice ({outer} before `{ctx.info_name}`, {value} after it); give it once"
     )
+
+
+def _root_of(ctx: typer.Context, root: Path) -> Path:
+    """``--root`` of a subcommand: its own, or the one given before it."""
+    return _outer(ctx, "root", root) or root
+
+
+def _state_of(ctx: typer.Context, root: Path, state_dir: Path | None) -> StateDir:
+    """Where the state of the colony a subcommand reads is: ``--root`` and ``--state-dir``,
+    its own or given before it (the same answer the daemon got, :mod:`colony.statedir`)."""
+    return StateDir.of(_root_of(ctx, root), _outer(ctx, "state_dir", state_dir))
 
 
 @app.callback(invoke_without_command=True)
@@ -152,11 +167,21 @@ def run(
         Path | None,
         typer.Option("--env", help="File for ${VAR} values (default: <root>/.env)."),
     ] = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--state-dir",
+            help="Folder for what the daemon writes: colony.db, log.jsonl, the lease, each "
+            "cell's cell.db (default: the root itself, as meclaw; made if missing). With it the "
+            "tree is only read.",
+        ),
+    ] = None,
     log_file: Annotated[
         Path | None,
         typer.Option(
             "--log",
-            help="JSON log file (default: <root>/log.jsonl); - is stdout (not in direct mode).",
+            help="JSON log file (default: log.jsonl in the state folder); - is stdout (not in "
+            "direct mode).",
         ),
     ] = None,
     log_level: Annotated[
@@ -200,6 +225,14 @@ def run(
             "--version", callback=_version_callback, is_eager=True, help="Print the version."
         ),
     ] = False,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug",
+            help="Log at debug level (unless --log-level says otherwise) and keep tracebacks: "
+            "on stderr in direct mode, and after an internal error's one-line report.",
+        ),
+    ] = False,
 ) -> None:
     """Run the colony under --root, or check it with --validate."""
     if ctx.invoked_subcommand is not None:
@@ -229,6 +262,7 @@ def run(
             env_file=env,
             strict=validate_strict,
             param_checks=param_checks(implemented_cell_types()),
+            colony_db=StateDir.of(root, state_dir).colony_db,
         )
         shown = str(root)
         prefix = _file_prefix(root)
@@ -242,6 +276,7 @@ def run(
 
     from colony.daemon import main as run_daemon
     from colony.lease import LeaseHeldError
+    from colony.statedir import StateDirError
 
     address, token = _api_address(api, api_token_env)
     direct = address is None and not daemon
@@ -255,14 +290,18 @@ def run(
             root,
             env_file=env,
             log_file=log_file,
-            log_level=log_level.value if log_level is not None else None,
+            log_level=log_level.value if log_level is not None else "debug" if debug else None,
+            debug=debug,
             api=address,
             api_token=token,
             direct=direct,
             stdio_json=stdio_format is StdioFormat.json,
             version=_package_version(),
             node=node,
+            state_dir=state_dir,
         )
+    except StateDirError as exc:
+        raise _usage_error(str(exc)) from None
     except LeaseHeldError as exc:
         raise _failure(str(exc)) from None
     raise typer.Exit(code)
@@ -274,18 +313,32 @@ dead_letters_app = typer.Typer(
 app.add_typer(dead_letters_app, name="dead-letters")
 
 
-def _database(root: Path) -> Source:
+def _database(state: StateDir) -> Source:
+    """The colony's rows, as the daemon on ``state`` wrote them (the one place commands find
+    ``colony.db``, or the cluster's database)."""
     from colony.config.loader import cluster_of
     from colony.persist.source import source_for_root
 
+    root = state.root
     cluster = cluster_of(root)  # a cluster's rows are in its database, not in colony.db
-    db = source_for_root(root, None if cluster is None else cluster.dsn)
+    db = source_for_root(root, None if cluster is None else cluster.dsn, state.path)
     if not db.exists():
+        if state.separate:
+            raise _usage_error(
+                f"--state-dir {state.path}: no colony.db (has a daemon run with this --state-dir?)"
+            )
         raise _usage_error(f"--root {root}: no colony.db (has a daemon run on this root?)")
     return db
 
 
 RootOption = Annotated[Path, typer.Option("--root", help="Colony root folder.")]
+StateDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir",
+        help="The daemon's --state-dir, where colony.db and the lease are (default: the root).",
+    ),
+]
 TokenEnvOption = Annotated[
     str | None,
     typer.Option("--api-token-env", help="Variable holding the daemon API's bearer token."),
@@ -304,6 +357,7 @@ ApiUrlOption = Annotated[
 def dead_letters(
     ctx: typer.Context,
     root: RootOption = Path("."),
+    state_dir: StateDirOption = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new ones.")] = False,
     error_code: Annotated[str | None, typer.Option("--error-code", help="Only this code.")] = None,
     since: Annotated[int | None, typer.Option("--since", help="Unix seconds.")] = None,
@@ -315,7 +369,7 @@ def dead_letters(
         return
     from colony.operations import list_dead_letters
 
-    db = _database(_root_of(ctx, root))
+    db = _database(_state_of(ctx, root, state_dir))
 
     def write(line: str) -> None:
         typer.echo(line)
@@ -334,13 +388,14 @@ def show(
     ctx: typer.Context,
     letter_id: Annotated[int, typer.Argument(help="The dead letter's id (see the listing).")],
     root: RootOption = Path("."),
+    state_dir: StateDirOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """Print one dead letter with the message it stored (headers and body)."""
     from colony.operations import dead_letter_report
     from colony.persist.records import read_dead_letter
 
-    db = _database(_root_of(ctx, root))
+    db = _database(_state_of(ctx, root, state_dir))
     row = read_dead_letter(db, letter_id)
     if row is None:
         raise _failure(f"no dead letter #{letter_id} in {db} (see `meclaw dead-letters`)")
@@ -357,14 +412,15 @@ def _token(token_env: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def _daemon_api(root: Path, api: str | None, purpose: str) -> str:
-    """The URL of the running daemon's API: ``--api``, else the one the daemon on ``root``
+def _daemon_api(state: StateDir, api: str | None, purpose: str) -> str:
+    """The URL of the running daemon's API: ``--api``, else the one the daemon on ``state``
     recorded in its lease."""
     from colony.lease import holder
 
     if api is not None:
         return api.rstrip("/")
-    running = holder(root)
+    root = f"{state.root} --state-dir {state.path}" if state.separate else str(state.root)
+    running = holder(state.lease)
     if running is None:
         raise _failure(
             f"no daemon is running on {root}; {purpose} goes through a running daemon's API "
@@ -402,6 +458,7 @@ def replay(
     ctx: typer.Context,
     letter_id: Annotated[int, typer.Argument(help="The dead letter's id (see the listing).")],
     root: RootOption = Path("."),
+    state_dir: StateDirOption = None,
     api: ApiUrlOption = None,
     token_env: TokenEnvOption = None,
     force: Annotated[
@@ -411,7 +468,7 @@ def replay(
     """Re-drive one dead letter through the running daemon: fresh TTL, same trace. A letter
     is replayed once; --force replays it again."""
     headers = _token(token_env)
-    url = _daemon_api(_root_of(ctx, root), api, "a replay")
+    url = _daemon_api(_state_of(ctx, root, state_dir), api, "a replay")
     response = _call(
         "POST",
         f"{url}/colony/dead_letters/{letter_id}/replay",
@@ -473,6 +530,7 @@ app.add_typer(cells_app, name="cells", invoke_without_command=True)
 def cells(
     ctx: typer.Context,
     root: RootOption = Path("."),
+    state_dir: StateDirOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
 ) -> None:
     """Print every cell the registry holds: path, type, status (active, inactive, failed), id."""
@@ -482,7 +540,7 @@ def cells(
     from colony.operations import cell_json, cell_line
     from colony.persist.records import read_registry
 
-    rows = read_registry(_database(_root_of(ctx, root)))
+    rows = read_registry(_database(_state_of(ctx, root, state_dir)))
     for row in rows.values():
         typer.echo(cell_json(row) if as_json else cell_line(row))
 
@@ -492,6 +550,7 @@ def revive(
     ctx: typer.Context,
     path: Annotated[str, typer.Argument(help="The failed cell's path, e.g. /main/agent.")],
     root: RootOption = Path("."),
+    state_dir: StateDirOption = None,
     api: ApiUrlOption = None,
     token_env: TokenEnvOption = None,
 ) -> None:
@@ -500,12 +559,13 @@ def revive(
     from colony.lease import LeaseHeldError
     from colony.operations import UnknownCellError, revive_offline
 
-    root = _root_of(ctx, root)
+    state = _state_of(ctx, root, state_dir)
+    root = state.root
     headers = _token(token_env)
     if api is None:
-        _database(root)
+        _database(state)
         try:
-            done = revive_offline(root, path)
+            done = revive_offline(root, path, state.path)
         except UnknownCellError as exc:
             raise _failure(str(exc)) from None
         except LeaseHeldError:
@@ -516,7 +576,7 @@ def revive(
             else:
                 typer.echo(f"revived {path}: it starts at the next boot of {root}")
             return
-    url = _daemon_api(root, api, "reviving a cell of a running colony")
+    url = _daemon_api(state, api, "reviving a cell of a running colony")
     response = _call("POST", f"{url}/colony/cells/revive", headers, json={"path": path})
     if response.status_code != 200:
         raise _refused("revive", response)
@@ -548,6 +608,51 @@ def demo(
 
     address, _ = _api_address(api, None)
     raise typer.Exit(run_demo(address, hold))
+
+
+@app.command("init")
+def init(
+    folder: Annotated[Path, typer.Argument(help="Where to write it: a new or empty folder.")],
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Write into a non-empty folder, replacing the starter's files."
+        ),
+    ] = False,
+) -> None:
+    """Write a small answering colony to start from: a root hive, one llm cell (any
+    OpenAI-compatible API, set in .env) and .env.example."""
+    from colony.init import InitRefused, write_starter
+
+    try:
+        written = write_starter(folder, force=force)
+    except InitRefused as exc:
+        raise _usage_error(f"init: {exc}") from None
+    for path in written:
+        typer.echo(f"wrote {path}")
+    typer.echo(
+        f"next: cp {folder}/.env.example {folder}/.env, fill in the key, then "
+        f"meclaw --root {folder} --validate"
+    )
+
+
+@app.command("backup")
+def backup(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Argument(help="The copy to write (a new file).")],
+    root: RootOption = Path("."),
+    state_dir: StateDirOption = None,
+) -> None:
+    """Copy colony.db to OUT while a daemon may be running on it (SQLite's online backup).
+    A cluster's state is in PostgreSQL: back it up with pg_dump."""
+    from colony.backup import BackupRefused, backup_colony_db
+
+    try:
+        state = _state_of(ctx, root, state_dir)
+        done = backup_colony_db(state.root, out, state.path if state.separate else None)
+    except BackupRefused as exc:
+        raise _failure(f"backup: {exc}") from None
+    typer.echo(f"backed up {done.source} to {done.target} ({done.pages} pages, integrity ok)")
 
 
 class GraphFormat(StrEnum):
@@ -598,6 +703,7 @@ def trace(
     ctx: typer.Context,
     trace_id: Annotated[str, typer.Argument(help="A trace id.")],
     root: RootOption = Path("."),
+    state_dir: StateDirOption = None,
     as_json: Annotated[
         bool,
         typer.Option("--json", help="The rows as one JSON object (as GET /colony/trace answers)."),
@@ -612,7 +718,7 @@ def trace(
 
     from colony.traceview import PLAIN_WIDTH, read_trace, trace_json, trace_tree
 
-    record = read_trace(_database(_root_of(ctx, root)), trace_id)
+    record = read_trace(_database(_state_of(ctx, root, state_dir)), trace_id)
     if record.empty:
         raise _failure(f"no message-log rows and no dead letters for trace {trace_id}")
     if as_json:
@@ -624,10 +730,31 @@ def trace(
     console.print(trace_tree(record))
 
 
+@app.command("prune")
+def prune(
+    ctx: typer.Context,
+    root: RootOption = Path("."),
+    state_dir: StateDirOption = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Count what would be deleted; delete nothing.")
+    ] = False,
+) -> None:
+    """Delete the record past colony.json retention now (message log, handling rows, dead
+    letters, ingress keys), in bounded batches; safe beside a running daemon."""
+    from colony.prune import PruneError, command
+
+    state = _state_of(ctx, root, state_dir)
+    try:
+        command(_root_of(ctx, root), _database(state), dry_run=dry_run, write=typer.echo)
+    except PruneError as exc:
+        raise _failure(str(exc)) from None
+
+
 @app.command("watch")
 def watch(
     ctx: typer.Context,
     root: RootOption = Path("."),
+    state_dir: StateDirOption = None,
     api: ApiUrlOption = None,
     token_env: TokenEnvOption = None,
     trace_id: Annotated[str | None, typer.Option("--trace", help="Only this trace.")] = None,
@@ -657,7 +784,7 @@ def watch(
     from colony.watch_stream import DaemonUnreachable, WatchRefused, print_events
 
     headers = _token(token_env)
-    url = _daemon_api(_root_of(ctx, root), api, "watching")
+    url = _daemon_api(_state_of(ctx, root, state_dir), api, "watching")
     given = {"trace_id": trace_id, "cell": cell, "kind": kind}
     params = {name: value for name, value in given.items() if value is not None}
     try:
@@ -700,15 +827,21 @@ def _api_address(
 
 
 def main() -> None:
-    """Console-script entry point; turns an unexpected exception into a one-line report."""
+    """Console-script entry point; turns an unexpected exception into a one-line report
+    (followed by its traceback under ``--debug``, read off the command line itself: the
+    failure may come before the options are parsed)."""
     try:
         app()
     except Exception as exc:  # the last line of defence: no traceback reaches a user
+        debug = "--debug" in sys.argv[1:]
+        tail = " and this traceback:" if debug else " (--debug adds its traceback)."
         sys.stderr.write(
             f"meclaw: internal error: {type(exc).__name__}: {exc}\n"
-            "This is a bug in meclaw, not in your colony; please report it with the command "
-            "you ran.\n"
+            f"This is a bug in meclaw, not in your colony; please report it with the command "
+            f"you ran{tail}\n"
         )
+        if debug:
+            traceback.print_exception(exc, file=sys.stderr)
         sys.exit(EXIT_INTERNAL)
 
 

@@ -3,12 +3,18 @@
 Boot order: load and check the tree (every problem reported, and the same problems as
 ``--validate``: its errors refuse the boot, its warnings are said on stderr and logged), take
 the root lease (alone, or as cluster member ``--node`` when colony.json has a ``cluster``
-block: the tree decides which, so it is read first), open ``colony.db``, wire the cells,
+block: the tree decides which, so it is read first), open ``colony.db`` (the lease, the log
+and ``colony.db`` are in the state folder: the tree unless ``--state-dir`` says otherwise,
+:mod:`colony.statedir`), wire the cells,
 start, wait for a signal, then stop the cells and commit the dead letters and the message log.
 
 The event loop is uvloop's when it imports (the ``uvloop`` extra), asyncio's own otherwise: the
 router, the journal hand-offs and the cell processes' pipes are all loop callbacks, and uvloop
 runs them faster. The ``colony_running`` log line names the loop.
+
+Under systemd (``Type=notify``) the daemon says ``READY=1`` once it serves, pings the service
+watchdog while the colony's own watchdog has not tripped, and says ``STOPPING=1`` on its way
+out (:mod:`colony.sdnotify`).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any, TextIO
 
 from cells import close_shared_resources, implemented_cell_types, prepare
 from cells.llm.chat_endpoint import ChatRoute
+from cells.metrics import describe_cells
 from colony.api import build_app, serve
 from colony.boot import open_colony
 from colony.cell import CellType, param_checks
@@ -35,6 +42,8 @@ from colony.errors import BootError
 from colony.lease import RootLease
 from colony.observability import file_logger
 from colony.persist.schema import ColonyDbError
+from colony.sdnotify import Notifier
+from colony.statedir import StateDir
 from colony.stdio import StdioBridge, line_reader
 
 EXIT_OK = 0
@@ -86,6 +95,8 @@ async def run(
     stdio_json: bool = False,
     version: str = "0",
     node: str | None = None,
+    debug: bool = False,
+    state: StateDir | None = None,
 ) -> int:
     """Load the tree, take the root lease and run the colony until a signal; the exit code.
 
@@ -93,7 +104,10 @@ async def run(
     the member ``node`` or ``<host name>-<pid>`` (:attr:`RootLease.member` holds the name);
     without one ``node`` has no effect, and says so. Raises
     :class:`colony.lease.LeaseHeldError` when the root is not this daemon's to run.
+    ``state``: where the colony's state is (default: the tree); the caller has made it
+    (:meth:`StateDir.prepare`).
     """
+    state = state or StateDir.of(root)
     types = dict(cell_types) if cell_types is not None else implemented_cell_types()
     result = load_tree(
         root,
@@ -125,9 +139,18 @@ async def run(
             "runs the colony alone"
         )
     level = log_level or tree.colony.log_default_level
-    with RootLease(root, member=member) as lease, _log_stream(log_file) as stream:
+    shown = f"{display_root} (state in {state.path})" if state.separate else display_root
+    with RootLease(state.lease, member=member) as lease, _log_stream(log_file) as stream:
         # Direct mode runs in someone's terminal: warnings and errors reach it too.
-        log = file_logger(stream, level, echo=sys.stderr if direct else None)
+        keep = tree.colony.retention  # log.jsonl rotated by size; stdout never
+        log = file_logger(
+            stream,
+            level,
+            echo=sys.stderr if direct else None,
+            tracebacks=debug,
+            max_bytes=0 if log_file == STDOUT else keep.log_file_max_mb * 1_000_000,
+            keep=keep.log_file_keep,
+        )
         for warning in result.diagnostics:  # said on stderr above; kept in the log too
             log.warning(
                 "config_warning",
@@ -147,12 +170,13 @@ async def run(
                 prepare=prepare,
                 release=close_shared_resources,
                 node=member,
+                state=state,
                 say=None if direct else lambda text: _say(f"warning: {text}"),  # (echoed)
             ) as colony:
                 code = await _serve(
                     colony,
                     log,
-                    display_root=display_root,
+                    display_root=shown,
                     log_file=log_file,
                     api=api,
                     api_token=api_token,
@@ -201,8 +225,11 @@ async def _serve(
     colony.on_fatal = trip
     server = None
     chat = ChatRoute()
+    notifier = Notifier()
+    pinging: asyncio.Task[None] | None = None
     try:
         if api is not None:
+            describe_cells(colony)  # GET /metrics: LLM providers, code workers
             app = build_app(colony, token=api_token, extra_routes={("POST", "/llm/chat"): chat})
             try:
                 server = await serve(app, *api)
@@ -226,6 +253,9 @@ async def _serve(
             f"logs {'on stdout' if log_file == STDOUT else f'in {log_file}'}; "
             "SIGINT or SIGTERM stops it"
         )
+        # systemd (Type=notify): booted; pings while the backpressure watchdog has not tripped
+        notifier.ready(f"colony running on {display_root}")
+        pinging = notifier.keep_alive(lambda: not colony.watchdog.trips)
         if direct:
             bridge = StdioBridge(colony, json_mode=stdio_json, version=version)
             colony.egress = bridge.egress
@@ -240,6 +270,9 @@ async def _serve(
             await stop.wait()
         _say("stopping")
     finally:
+        notifier.stopping()
+        if pinging is not None:
+            pinging.cancel()
         if server is not None:
             await server.cleanup()
         await chat.close()
@@ -258,14 +291,21 @@ def main(
     stdio_json: bool = False,
     version: str = "0",
     node: str | None = None,
+    debug: bool = False,
+    state_dir: Path | None = None,
 ) -> int:
-    """Run the daemon in the foreground; returns the exit code. ``node``: see :func:`run`."""
+    """Run the daemon in the foreground; returns the exit code. ``node``: see :func:`run`;
+    ``debug``: the direct-mode stderr lines carry their tracebacks (``--debug``).
+    ``state_dir`` is ``--state-dir`` (None: the state stays in the tree); raises
+    :class:`colony.statedir.StateDirError` when it cannot hold the state."""
+    state = StateDir.of(root, state_dir)
+    state.prepare()  # before the lease, which is a file in it
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         return runner.run(
             run(
                 root,
                 env_file=env_file,
-                log_file=log_file or root / "log.jsonl",
+                log_file=log_file or state.log_file,
                 log_level=log_level,
                 display_root=str(root),
                 api=api,
@@ -274,5 +314,7 @@ def main(
                 stdio_json=stdio_json,
                 version=version,
                 node=node,
+                debug=debug,
+                state=state,
             )
         )

@@ -20,6 +20,9 @@ of the tree with the settings of :data:`OFFLINE` changed, none expressible throu
 (they are booleans and integers): the readers may fetch pages on 127.0.0.1 (their
 private-network guard is on in the shipped tree) and the proxy's long poll is one second, so
 the demo stops at once.
+
+The tree and the corpus are found through :mod:`colony.shipped`: in a checkout they are its
+folders, in an installed wheel the package data that carries them.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from rich.console import Console
 from colony.api import build_app, serve
 from colony.events import Event, Interest
 from colony.ids import now_ms
+from colony.shipped import search_corpus, topology
 from colony.testing import (
     ColonyHarness,
     ScriptedOpenAI,
@@ -50,7 +54,7 @@ from colony.testing import (
 from colony.watch import event_line
 from scripted.search import ScriptedSearch
 
-TOPOLOGY = Path(__file__).resolve().parent.parent / "topologies" / "telegram-research"
+TOPOLOGY = topology("telegram-research")
 CHAT_ID = 4242
 QUESTION = "How do sea otters use tools, and why do kelp forests need them?"
 PAGES = ("/pages/sea-otter-tools.html", "/pages/sea-otter-kelp.html")
@@ -168,7 +172,10 @@ async def _run(
     api: tuple[str, int] | None,
     hold: bool,
 ) -> int:
-    async with ScriptedSearch() as search, ScriptedTelegram(known_chats=(CHAT_ID,)) as telegram:
+    async with (
+        ScriptedSearch(search_corpus()) as search,
+        ScriptedTelegram(known_chats=(CHAT_ID,)) as telegram,
+    ):
         pages = [search.page_url(path) for path in PAGES]
         async with ScriptedOpenAI([], responder=planner(pages)) as model:
             env = {
@@ -227,12 +234,25 @@ async def _run(
                 finally:
                     if server is not None:
                         await server.cleanup()
-    out.write(
-        "\nTo run it for real: cp topologies/telegram-research/.env.example "
-        "topologies/telegram-research/.env,\nfill in the Telegram token, the model key and a "
-        "search endpoint, then: .venv/bin/meclaw --root topologies/telegram-research\n"
-    )
+    out.write(_for_real())
     return 0 if answer == ANSWER and not letters else 1
+
+
+def _for_real() -> str:
+    """How to run the bot against the real services: in a checkout on its topology folder,
+    from an installed wheel on a copy of the packaged one."""
+    fill = "fill in the Telegram token, the model key and a search endpoint, then:"
+    try:
+        here = TOPOLOGY.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return (
+            f"\nTo run it for real: cp -r {TOPOLOGY} research-bot && cp research-bot/.env.example "
+            f"research-bot/.env,\n{fill} meclaw --root research-bot\n"
+        )
+    return (
+        f"\nTo run it for real: cp {here}/.env.example {here}/.env,\n{fill} "
+        f".venv/bin/meclaw --root {here}\n"
+    )
 
 
 async def _hold(

@@ -31,9 +31,16 @@
     │                           ValueError (colony.api_models)
     ├── BodyTimeout             a request body that did not arrive in time (colony.httpguard)
     ├── RenderError             the SVG picture could not be drawn (colony.dot)
+    ├── PruneError              ``meclaw prune`` cannot prune as asked (colony.prune)
+    ├── StateDirError           a ``--state-dir`` that cannot hold the state (colony.statedir)
     ├── SettingsError           an ``OTEL_*`` variable the colony cannot follow; also a
     │                           ValueError (colony.telemetry.settings)
-    └── IngressRefused          a message from outside refused at a door (colony.ingress)
+    ├── IngressRefused          a message from outside refused at a door (colony.ingress)
+    ├── ShippedDataMissing      a file meant to ship with the package is not installed
+    │                           (colony.shipped)
+    ├── InitRefused             ``meclaw init`` will not write into this folder (colony.init)
+    └── BackupRefused           ``meclaw backup`` cannot copy this colony's state
+                                (colony.backup)
 
 A class that callers (or the standard library) catch as a builtin keeps that builtin as a
 second base, so joining the tree changed no ``except`` clause.

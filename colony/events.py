@@ -26,6 +26,7 @@ import orjson
 
 from colony.effects import Effects, Handled, LogRow
 from colony.ids import now_ms
+from colony.liveness import Liveness
 
 if TYPE_CHECKING:
     from colony.envelope import Envelope
@@ -381,6 +382,8 @@ class Events:
         """Observers of every committed hand-off (metrics, OpenTelemetry), called in order
         after the hand-off was carried out. A tap must be cheap and must not raise: it runs
         on the event loop, on the routing path."""
+        self.io = Liveness()
+        """What the cells' I/O tasks last did (``CellSpec.io``), for ``GET /health``."""
         self.began_hooks: list[Callable[[Envelope], None]] = []
         """Called with each message a cell takes in, in the task that will handle it (the
         telemetry's context variable is set there)."""

@@ -1,7 +1,9 @@
 """Who may run a daemon on a colony root: one alone, or the members of a cluster.
 
-The lease is a ``flock`` on ``<root>/colony.db-lease``: the kernel drops it when the holder
-dies, however it dies, so a crashed daemon never leaves a stale lock behind.
+The lease is a ``flock`` on ``colony.db-lease`` beside ``colony.db``, in the colony's state
+folder (:attr:`colony.statedir.StateDir.lease`: the root itself unless ``--state-dir`` moves
+the state out of the tree; every function here takes that folder): the kernel drops it when the
+holder dies, however it dies, so a crashed daemon never leaves a stale lock behind.
 
 * Without a ``cluster`` block a daemon takes it **exclusively**: one daemon per root. The
   file names the holder (its pid, for the refusal message) and, once it serves one, the URL

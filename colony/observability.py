@@ -6,6 +6,7 @@ and read their records. Nothing logs a substituted ``${VAR}`` value or a cell's 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -71,6 +72,56 @@ def _json_line(event: Any, **kw: Any) -> str:
     return json.dumps(event, **{**kw, "ensure_ascii": True}) if has_surrogate(text) else text
 
 
+class Rotation:
+    """``log.jsonl`` rotated by size, as the standard library's ``RotatingFileHandler`` does:
+    past ``max_bytes`` the file becomes ``log.jsonl.1``, ``.1`` becomes ``.2`` and so on, the
+    one past ``keep`` is deleted (``keep`` 0: the full file is deleted), and a new file is
+    opened (its descriptor returned). A line is never split between two files. Never raises:
+    when a rename or the new file fails, :meth:`rotate` says so (None) and is not tried again
+    for ``RETRY_S``."""
+
+    RETRY_S = 10.0
+
+    def __init__(self, path: str, max_bytes: int, keep: int) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.keep = keep
+        self._retry_at = 0.0
+        self.error = ""
+
+    def names(self) -> list[str]:
+        """The rotated files, newest first (``log.jsonl.1`` ...)."""
+        return [f"{self.path}.{n}" for n in range(1, self.keep + 1)]
+
+    def rotate(self) -> int | None:
+        now = time.monotonic()
+        if now < self._retry_at:
+            return None
+        try:
+            if self.keep == 0:
+                os.unlink(self.path)
+            else:
+                names = self.names()
+                for older, newer in zip(reversed(names[1:]), reversed(names[:-1]), strict=True):
+                    if os.path.lexists(newer):
+                        os.replace(newer, older)
+                os.replace(self.path, names[0])
+            return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        except OSError as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+            self._retry_at = now + self.RETRY_S
+            return None
+
+
+def _named_file(stream: TextIO) -> bool:
+    """``stream`` is the file its name says (not ``<stdout>`` sent to a file)."""
+    name = getattr(stream, "name", None)
+    try:
+        return isinstance(name, str) and os.path.samestat(os.stat(name), os.fstat(stream.fileno()))
+    except (OSError, ValueError):
+        return False
+
+
 class SafeFileWriter:
     """A structlog logger for ``log.jsonl`` whose writes never raise into the caller.
 
@@ -83,7 +134,7 @@ class SafeFileWriter:
 
     WARN_EVERY_S = 10.0
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, *, max_bytes: int = 0, keep: int = 0) -> None:
         self._stream = stream
         self._fd: int | None = None
         try:
@@ -93,6 +144,13 @@ class SafeFileWriter:
                 self._fd = fd
         except (OSError, ValueError, AttributeError):
             pass
+        self._rotation = (
+            Rotation(stream.name, max_bytes, keep)
+            if self._fd is not None and max_bytes > 0 and _named_file(stream)
+            else None
+        )
+        self._owned: int | None = None
+        """The file a rotation opened (the stream given stays the caller's to close)."""
         self._lock = threading.Lock()
         self.dropped = 0
         """Lines dropped since the last one written."""
@@ -130,6 +188,8 @@ class SafeFileWriter:
                 self._stream.flush()
                 return True
             end = os.lseek(self._fd, 0, os.SEEK_END)
+            if self._rotation is not None and end and end + len(data) > self._rotation.max_bytes:
+                end = self._rotate(end)
             written = 0
             try:
                 while written < len(data):
@@ -142,6 +202,21 @@ class SafeFileWriter:
         except (OSError, ValueError) as exc:
             self._error = f"{type(exc).__name__}: {exc}"
             return False
+
+    def _rotate(self, end: int) -> int:
+        """Move the full file aside and write to a new one; where the next line goes. When
+        rotating fails the line goes to the full file (a line is never lost to rotation) and
+        the next try waits ``Rotation.RETRY_S``."""
+        assert self._rotation is not None
+        fresh = self._rotation.rotate()
+        if fresh is None:
+            return end
+        owned, self._owned = self._owned, fresh
+        self._fd = fresh
+        if owned is not None:
+            with contextlib.suppress(OSError):
+                os.close(owned)
+        return 0
 
     def _lost(self) -> None:
         self.dropped += 1
@@ -159,15 +234,25 @@ class SafeFileWriter:
             pass
 
 
-def file_logger(stream: TextIO, level: str = "info", *, echo: TextIO | None = None) -> Logger:
+def file_logger(
+    stream: TextIO,
+    level: str = "info",
+    *,
+    echo: TextIO | None = None,
+    tracebacks: bool = False,
+    max_bytes: int = 0,
+    keep: int = 0,
+) -> Logger:
     """A logger writing JSON lines to ``stream`` (``<root>/log.jsonl`` in the daemon); a
     failed write never raises (see :class:`SafeFileWriter`). With ``echo``, warnings and
-    errors are also written there, one compact line each."""
+    errors are also written there, one compact line each (followed by the traceback a line
+    carries, with ``tracebacks``: ``--debug``). ``max_bytes`` (a regular file only, never
+    stdout): rotated past that size, ``keep`` rotated files kept (:class:`Rotation`)."""
     logger: FilteringBoundLogger = structlog.wrap_logger(
-        SafeFileWriter(stream),
+        SafeFileWriter(stream, max_bytes=max_bytes, keep=keep),
         processors=[
             *_processors(),
-            *_echo(echo),
+            *_echo(echo, tracebacks),
             structlog.processors.JSONRenderer(serializer=_json_line, ensure_ascii=False),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level_number(level)),
@@ -200,8 +285,9 @@ def list_logger(sink: MutableSequence[dict[str, Any]], level: str = "debug") -> 
 
 _ECHO_LEVELS = frozenset({"warning", "error", "critical"})
 _ECHO_FIRST = ("cell", "error_code", "target", "sender", "error", "detail", "trace_id")
-"""Fields shown first, in this order; ``traceback`` is never echoed (the ``error`` field, or
-the traceback's last line, says what was raised; the full one is in the log file)."""
+"""Fields shown first, in this order; ``traceback`` is not one of them (the ``error`` field, or
+the traceback's last line, says what was raised; the full one is in the log file, and on
+stderr after the line under ``--debug``)."""
 
 
 class StderrEcho:
@@ -209,13 +295,19 @@ class StderrEcho:
     cell=/greeter error=ValueError: boom trace_id=...``. A person running ``meclaw --root R``
     in a terminal sees what failed without opening ``log.jsonl``."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, tracebacks: bool = False) -> None:
         self._stream = stream
+        self._tracebacks = tracebacks
+        """Write the event's ``traceback`` after its line (``--debug``)."""
 
     def __call__(self, _logger: Any, _name: str, event: MutableMapping[str, Any]) -> Any:
         if event.get("level") in _ECHO_LEVELS:
             try:
-                self._stream.write(echo_line(event) + "\n")
+                text = echo_line(event) + "\n"
+                found = event.get("traceback") if self._tracebacks else None
+                if isinstance(found, str) and found:
+                    text += found.rstrip("\n") + "\n"
+                self._stream.write(text)
                 self._stream.flush()
             except (OSError, ValueError):  # a closed or broken stderr never stops the log
                 pass
@@ -237,5 +329,5 @@ def echo_line(event: Mapping[str, Any]) -> str:
     return " ".join([f"meclaw: {event.get('level', 'info')} {event.get('event', '')}", *fields])
 
 
-def _echo(stream: TextIO | None) -> list[Any]:
-    return [] if stream is None else [StderrEcho(stream)]
+def _echo(stream: TextIO | None, tracebacks: bool) -> list[Any]:
+    return [] if stream is None else [StderrEcho(stream, tracebacks)]

@@ -65,6 +65,35 @@ def body_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 _ROWS = {"type": "array", "items": {"type": "object"}}
+_HEALTH = {
+    "type": "object",
+    "required": ["status", "reasons", "storage", "journal", "failed_cells", "io_liveness"],
+    "properties": {
+        "status": {"type": "string", "enum": ["ok", "degraded", "failing"]},
+        "reasons": {"type": "array", "items": {"type": "string"}},
+        "node": {"type": "string", "description": "a cluster member's name (docs/cluster.md)"},
+        "partitions": {
+            "type": "array",
+            "items": {"type": "integer"},
+            "description": "the partitions this cluster member owns",
+        },
+        "storage": {"type": "object", "required": ["writer_alive", "unavailable", "kept"]},
+        "journal": {"type": "object", "required": ["durable", "in_flight"]},
+        "failed_cells": {"type": "array", "items": {"type": "string"}},
+        "io_liveness": {
+            "type": "array",
+            "nullable": True,
+            "items": {"type": "object", "required": ["path", "task", "state"]},
+            "description": "each I/O task's last success and last error; null when no cell "
+            "talks to the outside",
+        },
+    },
+}
+_READY = {
+    "type": "object",
+    "required": ["ready", "reason"],
+    "properties": {"ready": {"type": "boolean"}, "reason": {"type": "string", "nullable": True}},
+}
 _READ_ANSWERS: dict[str, dict[str, Any]] = {
     "registry": {"registry": _ROWS},
     "graph": {"graph": {"type": "object", "required": ["scope", "nodes", "edges"]}},
@@ -109,27 +138,22 @@ def document(
     paths: dict[str, Any] = {
         "/health": {
             "get": {
-                "summary": "Liveness",
+                "summary": "The colony's health: ok, degraded or failing, with reasons "
+                "(docs/health.md)",
                 "security": [],
                 "responses": {
-                    "200": _json(
-                        {
-                            "type": "object",
-                            "properties": {
-                                "status": {"type": "string"},
-                                "node": {
-                                    "type": "string",
-                                    "description": "a cluster member's name (docs/cluster.md)",
-                                },
-                                "partitions": {
-                                    "type": "array",
-                                    "items": {"type": "integer"},
-                                    "description": "the partitions this cluster member owns",
-                                },
-                            },
-                        },
-                        "alive",
-                    )
+                    "200": _json(_HEALTH, "ok or degraded"),
+                    "503": _json(_HEALTH, "failing: the storage cannot be written"),
+                },
+            }
+        },
+        "/ready": {
+            "get": {
+                "summary": "Readiness for an orchestrator: 200 while the colony takes traffic",
+                "security": [],
+                "responses": {
+                    "200": _json(_READY, "ready"),
+                    "503": _json(_READY, "not ready: the reason says why"),
                 },
             }
         },
@@ -271,6 +295,17 @@ def document(
                     "content": {"text/event-stream": {"schema": {"type": "string"}}},
                 },
                 **_errors(400),
+            },
+        }
+    }
+    paths["/metrics"] = {
+        "get": {
+            "summary": "Prometheus metrics in the text exposition format (docs/metrics.md)",
+            "responses": {
+                "200": {
+                    "description": "every family of this colony, read at this request",
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                }
             },
         }
     }

@@ -24,6 +24,7 @@ from colony.persist.records import (
     revive_in_registry,
 )
 from colony.persist.source import Source
+from colony.statedir import StateDir
 
 
 def _when(seconds: int) -> str:
@@ -130,13 +131,15 @@ def cell_json(row: RegistryRow) -> str:
     )
 
 
-def revive_offline(root: Path, path: str) -> Revival:
+def revive_offline(root: Path, path: str, state_dir: Path | None = None) -> Revival:
     """Revive a failed cell of a stopped colony (raises :class:`colony.lease.LeaseHeldError`
-    when a daemon runs on ``root``: revive through its API instead)."""
-    db = Source.sqlite(root / "colony.db")
+    when a daemon runs on ``root``: revive through its API instead). ``state_dir``: the
+    daemon's ``--state-dir`` (None: the state is in the tree)."""
+    state = StateDir.of(root, state_dir)
+    db = Source.sqlite(state.colony_db)
     if not db.exists():
-        raise UnknownCellError(f"{root} has no colony.db: no daemon has run there yet")
-    with RootLease(root):
+        raise UnknownCellError(f"{state.path} has no colony.db: no daemon has run there yet")
+    with RootLease(state.lease):
         before = revive_in_registry(db, path)
     if before is None:
         known = ", ".join(read_registry(db)) or "none"

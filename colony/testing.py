@@ -13,7 +13,8 @@
         await colony.message_log(trace_id)
 
 The harness boots a temporary copy of the tree (the original is never written; pass
-``workdir=`` to keep the copy, and boot the same workdir again to test a restart), with capture
+``workdir=`` to keep the copy, and boot the same workdir again to test a restart; pass
+``state_dir=`` to keep the state out of the copy, as ``meclaw --state-dir`` does), with capture
 cells registered at the given paths before boot, so trees whose edges end in ``/sink`` or
 ``/park`` boot. Everything is real: ``colony.db`` in the copy, real cells, real routing.
 """
@@ -40,6 +41,7 @@ from colony.errors import ConfigError
 from colony.ingress import source_message_of
 from colony.observability import list_logger
 from colony.persist.records import DeadLetterRow, MessageLogEntry
+from colony.statedir import StateDir
 from scripted import *  # noqa: F403  (the scripted provider servers, re-exported)
 from scripted import __all__ as _scripted
 
@@ -85,8 +87,11 @@ class ColonyHarness:
         workdir: str | Path | None = None,
         llm_base_url: str | Mapping[str, str] | None = None,
         node: str | None = None,
+        state_dir: str | Path | None = None,
     ) -> None:
         self.tree_dir = Path(tree_dir)
+        self._state_dir = Path(state_dir) if state_dir is not None else None
+        """Where the colony's state goes (``--state-dir``); None: into the copy of the tree."""
         self._node = node
         """The node's name when ``colony`` (or the tree) has a ``cluster`` block."""
         self._capture = list(capture)
@@ -126,6 +131,12 @@ class ColonyHarness:
             )
         from cells import close_shared_resources, prepare
 
+        state = StateDir.of(root, self._state_dir)
+        try:
+            state.prepare()
+        except BaseException:
+            self._cleanup()
+            raise
         extra = [ExtraCell(path, _capture_type(self._captured[path])) for path in self._capture]
         self._stack = contextlib.AsyncExitStack()
         try:
@@ -139,6 +150,7 @@ class ColonyHarness:
                     extra=extra,
                     log_messages=self._log_messages,
                     node=self._node,
+                    state=state,
                 )
             )
         except BaseException:
@@ -233,6 +245,11 @@ class ColonyHarness:
             raise RuntimeError("the harness is not running; use it in 'async with'")
         return self._tmp / "colony"
 
+    @property
+    def state(self) -> StateDir:
+        """Where the colony's state is: the copy of the tree, or ``state_dir``."""
+        return StateDir.of(self.root, self._state_dir)
+
     async def send(
         self,
         target: str,
@@ -315,8 +332,8 @@ class ColonyHarness:
                     for r in cursor.fetchall()
                 ]
         places = [(source.path, table_name(cell_path, table))]
-        if runner.spec.folder is not None:
-            places.append((runner.spec.folder / "cell.db", table))
+        if runner.spec.state is not None:
+            places.append((runner.spec.state / "cell.db", table))
         for db, name in places:
             if not db.exists():
                 continue

@@ -23,26 +23,36 @@ def validate(
     strict: bool = False,
     environ: Mapping[str, str] | None = None,
     param_checks: Mapping[str, ParamsCheck] | None = None,
+    colony_db: Path | None = None,
 ) -> list[Diagnostic]:
-    """Every finding about the tree under ``root``; with ``strict`` warnings become errors."""
+    """Every finding about the tree under ``root``; with ``strict`` warnings become errors.
+    ``colony_db``: the file the boot would open (``--state-dir``'s; default: the root's)."""
     result = load_tree(
         root, cell_types=cell_types, env_file=env_file, environ=environ, param_checks=param_checks
     )
-    found = [*result.diagnostics, *_colony_db(root)]
+    if colony_db is None or colony_db == root / "colony.db":
+        found = [*result.diagnostics, *_colony_db(root / "colony.db", "colony.db")]
+    else:  # --state-dir: not a file of the tree, named in full
+        found = [*result.diagnostics, *_colony_db(colony_db, None)]
     if not strict:
         return found
     return [d.promoted() if d.severity is Severity.WARNING else d for d in found]
 
 
-def _colony_db(root: Path) -> list[Diagnostic]:
+def _colony_db(file: Path, in_tree: str | None) -> list[Diagnostic]:
     """A ``colony.db`` the boot would refuse (garbage, truncated, another program's, a newer
-    schema), found without writing anything (:func:`colony.persist.schema.probe`)."""
-    problem = probe(root / "colony.db") if root.is_dir() else None
+    schema), found without writing anything (:func:`colony.persist.schema.probe`).
+    ``in_tree``: its name in the tree, None when it is elsewhere (``--state-dir``)."""
+    problem = probe(file) if file.parent.is_dir() else None
     if problem is None:
         return []
     what, _, fix = problem.partition("; ")
     return [
         Diagnostic(
-            Severity.ERROR, "colony_db_unusable", f"colony.db {what}", "colony.db", hint=fix or None
+            Severity.ERROR,
+            "colony_db_unusable",
+            f"{in_tree or file} {what}",
+            in_tree,
+            hint=fix or None,
         )
     ]

@@ -66,7 +66,7 @@ class CodeCell:
         self.limits = Limits(
             cpu_seconds=p.cpu_limit, address_space_mb=p.memory_mb, max_processes=p.max_processes
         )
-        self._env = job_environment(p.env)
+        self._env = job_environment(p.env, tree_read_only=spec.state != spec.folder)
         self._redactor = Redactor(v for k, v in p.env.items() if looks_secret_key(k))
         self._cwd, self._own_cwd = working_directory(spec.folder)
         self._temp: Path | None = None

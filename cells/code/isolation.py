@@ -66,16 +66,24 @@ PASSED_PREFIXES = ("LC_",)
 
 
 def job_environment(
-    extra: Mapping[str, str] | None = None, source: Mapping[str, str] | None = None
+    extra: Mapping[str, str] | None = None,
+    source: Mapping[str, str] | None = None,
+    *,
+    tree_read_only: bool = False,
 ) -> dict[str, str]:
     """The environment of a job: the allow-listed variables of ``source`` (the daemon's
-    environment by default), then ``extra`` (a cell's ``params.env``) on top."""
+    environment by default), then ``extra`` (a cell's ``params.env``) on top.
+    ``tree_read_only`` (the colony's state is outside the tree, ``--state-dir``): Python
+    writes no bytecode caches beside the modules a script imports from the tree
+    (``PYTHONDONTWRITEBYTECODE=1``, unless ``extra`` says otherwise)."""
     environ = os.environ if source is None else source
     env = {
         name: value
         for name, value in environ.items()
         if name in PASSED_VARIABLES or name.startswith(PASSED_PREFIXES)
     }
+    if tree_read_only:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     if extra:
         env.update(extra)
     return env

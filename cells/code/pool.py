@@ -21,6 +21,7 @@ import json
 import os
 import socket
 import struct
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,7 @@ from cells.code.process import (
 )
 from cells.code.zygote_client import Zygote, ZygoteJob
 
-__all__ = ["WORKER_SCRIPT", "PoolSettings", "WorkerPool"]
+__all__ = ["WORKER_SCRIPT", "PoolSettings", "PoolStats", "WorkerPool", "pool_stats"]
 
 WORKER_SCRIPT = Path(__file__).with_name("pool_worker.py")
 
@@ -395,6 +396,26 @@ class _PoolWorker:
         self.out_fd = self.err_fd = -1
 
 
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    """One pool's workers, as metrics read them (``colony_code_workers``)."""
+
+    cell: str
+    workers: int
+    """Workers alive now, idle or busy."""
+    restarts: int
+    """Workers replaced so far: killed or retired after a message, or recycled."""
+
+
+_POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
+"""Every pool not closed yet (a scrape reads them; a dropped pool leaves by itself)."""
+
+
+def pool_stats() -> list[PoolStats]:
+    """The workers of every open pool of this process, by cell."""
+    return [pool.stats() for pool in list(_POOLS)]
+
+
 class WorkerPool:
     """The warm workers of one ``isolation: "pool"`` cell (see the module docstring)."""
 
@@ -408,6 +429,8 @@ class WorkerPool:
         self._told: set[int] = set()
         self._idle: list[_PoolWorker] = []
         self._busy: set[_PoolWorker] = set()
+        self.restarts = 0
+        """Workers replaced after a message (see :class:`PoolStats`)."""
         s = settings
         self._hello = json.dumps(
             {
@@ -418,6 +441,10 @@ class WorkerPool:
                 "stdout_cap": s.max_output_bytes,
             }
         ).encode()
+        _POOLS.add(self)
+
+    def stats(self) -> PoolStats:
+        return PoolStats(self.cell, len(self.pids), self.restarts)
 
     @property
     def pids(self) -> list[int]:
@@ -442,6 +469,8 @@ class WorkerPool:
         ):
             self._idle.append(worker)
         else:
+            if not reusable or worker.dead or worker.jobs >= self.settings.max_jobs:
+                self.restarts += 1  # (not merely one more idle worker than the pool keeps)
             worker.close()
             self._tell(worker.retired)
         return result
@@ -503,6 +532,7 @@ class WorkerPool:
 
     async def close(self) -> None:
         """Kill every worker (a message still running fails as its worker is gone)."""
+        _POOLS.discard(self)
         workers = [*self._idle, *self._busy]
         self._idle.clear()
         for worker in workers:

@@ -437,6 +437,9 @@ def _child(
                 os.execvpe(argv[0], argv, os.environ if env is None else env)
             if env is not None:
                 _set_environment(env)
+                # As a spawned interpreter reads it at start-up: no bytecode caches beside the
+                # modules a script imports (a read-only tree: ``meclaw --state-dir``).
+                sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
         except (OSError, ValueError) as exc:
             if report is not None:
                 with contextlib.suppress(OSError):

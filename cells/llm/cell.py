@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 
+from cells.cellfile import CELL_DB, own_folder
 from cells.llm.dialects import dialect_for
 from cells.llm.dialects.base import JsonObject as _Json
 from cells.llm.dialects.base import ReplyError, Tool, TranslateError, tool_from_leaf
@@ -49,16 +50,19 @@ class LlmCell:
     def __init__(self, spec: CellSpec) -> None:
         self.path = spec.path
         self.log = spec.log
-        self.state = LlmState(spec.folder)
+        self.state = LlmState(spec.folder, spec.state)
         base = LlmParams.model_validate(spec.params)
         stored = self.state.overlay()
         self.params = overlay(base, stored) if stored else base
         self._client: aiohttp.ClientSession | None = None
-        self.folder = spec.folder
+        self.own = spec.state
+        """Where the cell keeps its files (``cell.db``: the sqlite transcript's too)."""
         self._store: TranscriptStore | None = None
         cluster = spec.colony.cluster
         self.cluster_dsn = None if cluster is None else cluster.dsn
         """A postgres transcript store without a DSN of its own uses the cluster's database."""
+        self.io = None if spec.io is None else spec.io.task(spec.path, "provider")
+        """What the last provider call did, for ``GET /health`` (None outside a colony)."""
 
     @property
     def client(self) -> aiohttp.ClientSession:
@@ -81,7 +85,7 @@ class LlmCell:
             if kind == "memory":
                 self._store = memory_store(self.path)
             elif kind == "sqlite":
-                db = ":memory:" if self.folder is None else self.folder / "cell.db"
+                db = ":memory:" if self.own is None else own_folder(self.own) / CELL_DB
                 self._store = SqliteStore(db)
             elif kind == "redis":
                 from cells.llm.transcript.redis import RedisStore
@@ -197,17 +201,7 @@ class LlmCell:
         for attempt in (1, 2):
             begun = time.perf_counter()
             try:
-                answer = await post(
-                    self.client,
-                    url,
-                    content,
-                    headers,
-                    attempt_timeout=params.timeout,
-                    max_retries=params.max_retries,
-                    log=self.log,
-                    cell=self.path,
-                    trace_id=message.trace_id,
-                )
+                answer = await self._post(url, content, headers, message.trace_id)
             except ProviderWireError as failure:
                 extra: dict[str, Any] = {"url": safe_url(url)}
                 if failure.status is not None:
@@ -319,23 +313,19 @@ class LlmCell:
         headers = {"Content-Type": "application/json", **dialect.headers(params.api_key)}
 
         async def call(body: JsonObject, model: str) -> Any:
+            url = dialect.url(params.root, model)
             try:
-                return await post(
-                    self.client,
-                    dialect.url(params.root, model),
-                    encode(body, sort_keys=params.provider == "openai"),
-                    headers,
-                    attempt_timeout=params.timeout,
-                    max_retries=params.max_retries,
-                    log=self.log,
-                    cell=self.path,
-                    trace_id=trace_id,
+                return await self._post(
+                    url, encode(body, sort_keys=params.provider == "openai"), headers, trace_id
                 )
             except ProviderWireError as failure:
                 status = failure.status or (408 if failure.code == "timeout" else 502)
                 upstream = f": {self._redact(failure.upstream)}" if failure.upstream else ""
                 raise LoopError(
-                    status, f"LLM provider error - {failure.detail}{upstream}", failure.code
+                    status,
+                    f"LLM provider error - {failure.detail}{upstream}",
+                    failure.code,
+                    url=safe_url(url),
                 ) from None
 
         return await run_turn(
@@ -376,24 +366,21 @@ class LlmCell:
                 native=lambda calls: None,
                 extra=_extra(params),
             )
-            answer = await post(
-                self.client,
-                dialect.url(params.root, model or params.model),
-                encode(body, sort_keys=params.provider == "openai"),
-                headers,
-                attempt_timeout=params.timeout,
-                max_retries=params.max_retries,
-                log=self.log,
-                cell=self.path,
-                trace_id=trace_id,
+            url = dialect.url(params.root, model or params.model)
+            answer = await self._post(
+                url, encode(body, sort_keys=params.provider == "openai"), headers, trace_id
             )
             reply = dialect.parse(answer)
         except TranslateError as exc:
             raise LoopError(400, str(exc)) from None
         except ProviderWireError as failure:
             status = failure.status or (408 if failure.code == "timeout" else 502)
+            upstream = f": {self._redact(failure.upstream)}" if failure.upstream else ""
             raise LoopError(
-                status, f"LLM provider error - {failure.detail}", failure.code
+                status,
+                f"LLM provider error - {failure.detail}{upstream}",
+                failure.code,
+                url=safe_url(url),
             ) from None
         except ReplyError as exc:
             raise LoopError(502, f"unexpected stop_reason - {exc}") from None
@@ -415,6 +402,32 @@ class LlmCell:
             },
         )
         return out
+
+    async def _post(self, url: str, content: bytes, headers: dict[str, str], trace_id: str) -> Any:
+        """One provider call (:func:`cells.llm.transport.post`, its retries included), its
+        outcome told to ``GET /health``: a failure names the URL, the status and the
+        provider's own error text (redacted), as the error emission does."""
+        params = self.params
+        try:
+            answer = await post(
+                self.client,
+                url,
+                content,
+                headers,
+                attempt_timeout=params.timeout,
+                max_retries=params.max_retries,
+                log=self.log,
+                cell=self.path,
+                trace_id=trace_id,
+            )
+        except ProviderWireError as failure:
+            if self.io is not None:
+                said = f": {self._redact(failure.upstream)}" if failure.upstream else ""
+                self.io.failed(failure.code, f"POST {safe_url(url)}: {failure.detail}{said}")
+            raise
+        if self.io is not None:
+            self.io.succeeded()
+        return answer
 
     # -- errors -------------------------------------------------------------------------
 
@@ -513,7 +526,7 @@ _USAGE_HOP = {
 
 
 def _loop_error(error: LoopError) -> JsonObject:
-    return {
+    body: JsonObject = {
         "header": {
             "finish_reason": "error",
             "error_code": error.code,
@@ -522,6 +535,11 @@ def _loop_error(error: LoopError) -> JsonObject:
         "messages": [],
         "error": error.message,
     }
+    if error.url is not None:  # a provider call failed: where, for the cell_error log line
+        body["meta"] = {
+            "error": {"detail": error.message, "url": error.url, "status": error.status}
+        }
+    return body
 
 
 def _loop_reply(result: TurnResult) -> JsonObject:

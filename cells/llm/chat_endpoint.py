@@ -50,10 +50,21 @@ def _turns(payload: dict[str, Any]) -> list[dict[str, Any]] | None:
 
 
 async def llm_chat(cell: LlmCell, payload: Any, *, trace_id: str = "http") -> tuple[int, Any]:
-    """``(status, JSON body)`` for one request."""
+    """``(status, JSON body)`` for one request. A failed provider call leaves one ERROR
+    line (``llm_chat_failed``: no cell emission, so no ``cell_error``, carries it here)."""
     try:
         return 200, await _chat(cell, payload, trace_id)
     except LoopError as error:
+        if error.url is not None and cell.log is not None:
+            cell.log.error(
+                "llm_chat_failed",
+                cell=cell.path,
+                error_code=error.code,
+                error=error.message,
+                url=error.url,
+                status=error.status,
+                trace_id=trace_id,
+            )
         return error.status, {"error": error.message}
 
 

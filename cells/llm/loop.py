@@ -53,11 +53,15 @@ ERROR_CODES = {
 class LoopError(Exception):
     """A turn that ends in an HTTP-style status other than 200."""
 
-    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, code: str | None = None, *, url: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.code = code or ERROR_CODES.get(status, "provider_error")
+        self.url = url
+        """The provider URL (no credentials, no query values) when a provider call failed."""
 
 
 def _whole(value: Any, what: str, minimum: int) -> int:

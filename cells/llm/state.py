@@ -64,8 +64,10 @@ def read_system_seed(file: Path) -> dict[str, JsonObject]:
 class LlmState:
     """One connection, owned by the cell's single task."""
 
-    def __init__(self, folder: Path | None) -> None:
-        self.conn, fresh = open_cell_db(folder)
+    def __init__(self, folder: Path | None, state: Path | None = None) -> None:
+        """``folder``: the cell's folder in the tree (its seed); ``state``: where its
+        ``cell.db`` is (``folder`` when None)."""
+        self.conn, fresh = open_cell_db(folder if state is None else state)
         self.conn.executescript(_DDL)
         self.params = ParamsOverlay(self.conn, "params")
         if fresh and folder is not None:

@@ -260,7 +260,7 @@ class ProxyCell:
         """The state in the cluster's database (None: in cell.db, read right here)."""
         self._overlay: dict[str, Any] = {}
         if dsn is None:
-            db = CellDbState(spec.folder, birth.query_timeout_ms)
+            db = CellDbState(spec.state, birth.query_timeout_ms)
             try:
                 self.offset = db.offset()
                 overlay = db.overlay()
@@ -299,6 +299,8 @@ class ProxyCell:
         ``flood`` (tests read it; the log has the same as ``proxy_poll_backoff``)."""
         self.polls = 0
         """``getUpdates`` requests this instance made (tests read it)."""
+        self.io = None if spec.io is None else spec.io.task(spec.path, "telegram_poll")
+        """What the poller last did, for ``GET /health`` (None outside a colony)."""
 
     def _with_overlay(self, overlay: dict[str, Any]) -> ProxyParams:
         """The birth params with the runtime overlay's mutable keys on top (the birth params
@@ -398,6 +400,8 @@ class ProxyCell:
                 await self._backoff("transient", transient, exc)
                 continue
             transient = 0.0
+            if self.io is not None:
+                self.io.succeeded()
             if not await self._deliver(ctx, updates):
                 transient = self.BACKOFF_FIRST_S
                 await self._backoff("transient", transient, "the update cursor was not saved")
@@ -431,6 +435,8 @@ class ProxyCell:
                     f"{self.standby_s:g} s",
                 )
         if not held:
+            if self.io is not None:
+                self.io.standby()
             await asyncio.sleep(self.standby_s)
         return held
 
@@ -453,14 +459,16 @@ class ProxyCell:
         what: str = "getUpdates failed",
     ) -> None:
         self.backoffs.append((kind, seconds))
+        refused = " (Telegram refuses the bot token)" if kind == "auth" else ""
+        if self.io is not None:
+            self.io.failed(kind, f"{what}{refused}: {self._scrub(cause)}")
         self._log(
             "warning",
             "proxy_poll_backoff",
             kind=kind,
             delay_s=seconds,
             error=self._scrub(cause),
-            detail=f"{what}; the next poll waits"
-            + (" (Telegram refuses the bot token)" if kind == "auth" else ""),
+            detail=f"{what}; the next poll waits{refused}",
         )
         await self._sleep(seconds)
 

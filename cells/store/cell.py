@@ -114,6 +114,9 @@ class StoreCell:
         self.path = spec.path
         self.scope = parent(spec.path)
         self.folder = spec.folder
+        """The cell's folder in the tree: its seeds."""
+        self.own = spec.state
+        """Where its own ``cell.db`` is (an old one is moved into colony.db from there)."""
         self.log = spec.log
         self.schema: dict[str, dict[str, str]] = {
             t: dict(cols) for t, cols in self.params.schema_.items()
@@ -124,7 +127,7 @@ class StoreCell:
         self.shared = spec.tables is not None
         """The tables are in colony.db (else in the cell's own cell.db)."""
         self.tables: CellTables = (
-            spec.tables.tables(spec.path) if spec.tables is not None else OwnFile(spec.folder)
+            spec.tables.tables(spec.path) if spec.tables is not None else OwnFile(spec.state)
         )
         self.prefix = self.tables.prefix
         self.dialect: StoreDialect = dialect_of(self.tables.dialect)
@@ -167,9 +170,9 @@ class StoreCell:
         """Copy an old ``cell.db`` into colony.db when colony.db holds none of this store's
         tables yet; True when there was one to copy. One found beside tables already moved is
         left alone, with a warning."""
-        if self.folder is None:
+        if self.own is None:
             return False
-        file = Path(self.folder) / CELL_DB
+        file = Path(self.own) / CELL_DB
         if not file.is_file():
             return False
         if not self.dialect.migrates_cell_db:

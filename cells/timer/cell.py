@@ -152,7 +152,7 @@ class TimerCell:
                     )
             return
         self.schedules = Schedules.sqlite()
-        self.conn, fresh = open_cell_db(spec.folder)
+        self.conn, fresh = open_cell_db(spec.state)
         self.conn.executescript(SCHEMA)
         self.overlay = ParamsOverlay(self.conn, "timer_params")
         self.query_timeout_ms = self.overlay.read().get(

@@ -126,9 +126,14 @@ class RetentionConfig(BaseModel):
     message_log_days: U32 = 14
     """Message-log, handling and fired-edge rows older than this many days are pruned."""
     message_log_max_mb: U32 = 512
-    """Past this size (MB of stored bodies) the oldest message-log rows are pruned first."""
+    """Past this size (MB: headers, bodies and about 500 bytes a row for its ids, indexes and
+    handling row) the oldest message-log rows are pruned first."""
     dead_letters_days: U32 = 90
     """Dead letters older than this many days are pruned (a replayed one's row included)."""
+    log_file_max_mb: U32 = 64
+    """``log.jsonl`` past this size is rotated to ``log.jsonl.1`` (0: never rotated)."""
+    log_file_keep: U32 = 5
+    """Rotated log files kept (``log.jsonl.1`` .. ``.N``); the oldest beyond is deleted."""
 
 
 class TelemetryConfig(BaseModel):

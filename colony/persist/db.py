@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from colony.dead_letters import DeadLetter
 from colony.effects import Handled, LogRow
+from colony.metrics.tally import Tally
 from colony.persist.checkpoint import Checkpointer
 from colony.persist.items import Commit, Execute, Fence, Forget, Item, Registry, Stop, Unit
 from colony.persist.journal import JournalSnapshot
@@ -97,6 +98,9 @@ class DbStatistics:
     """Writes waiting for the storage to come back."""
     unavailable: str | None
     """Why ``colony.db`` cannot be written now, or None."""
+    commit_seconds: Tally | None = None
+    """The writer's commit latencies and ``batch_items`` its batch sizes (for metrics)."""
+    batch_items: Tally | None = None
 
 
 class ColonyDb:
@@ -193,6 +197,8 @@ class ColonyDb:
             writer.rejected,
             len(writer.kept),
             self.unavailable(),
+            writer.commit_seconds,
+            writer.batch_items,
         )
 
     # -- barriers and reads -------------------------------------------------------------------

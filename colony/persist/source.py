@@ -274,10 +274,13 @@ def _server(dsn: str) -> str:
     return f"{host}:{port}/{parts.get('dbname') or parts.get('user') or ''}"
 
 
-def source_for_root(root: Path, dsn: str | None) -> Source:
+def source_for_root(root: Path, dsn: str | None, state_dir: Path | None = None) -> Source:
     """The source the colony at ``root`` is read from: the cluster database when its
     ``colony.json`` has a ``cluster`` block (``dsn``, its variables substituted), else its
-    ``colony.db``."""
+    ``colony.db`` (in ``state_dir``, the daemon's ``--state-dir``, when given:
+    :mod:`colony.statedir`)."""
     if dsn is not None:
         return Source.postgres(dsn)
-    return Source.sqlite(root / "colony.db")
+    from colony.statedir import StateDir
+
+    return Source.sqlite(StateDir.of(root, state_dir).colony_db)

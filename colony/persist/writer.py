@@ -34,6 +34,7 @@ from colony.celltables import storage_failure
 from colony.crashpoints import crash_point
 from colony.dead_letters import DeadLetter
 from colony.errors import ColonyError
+from colony.metrics.tally import Tally
 from colony.persist.items import Commit, Execute, Fence, Item, Piece, Stop
 from colony.persist.rows import UNSTORABLE, Rows, describe, unstorable_letters
 
@@ -48,6 +49,12 @@ cell's write, a fence) ends the wait at once."""
 
 LINGER_S = 0.05
 """How long a transaction that ran a cell's write stays open for the unit that answers it."""
+
+COMMIT_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+"""Bounds of the commit-latency tally (seconds, ``colony_journal_commit_seconds``)."""
+
+BATCH_ITEMS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+"""Bounds of the batch-size tally (pieces per transaction, ``colony_journal_batch_items``)."""
 
 _RETRY_FIRST_S = 0.05
 _RETRY_MAX_S = 2.0
@@ -121,6 +128,11 @@ class Writer:
         """Pieces still kept when the writer was stopped."""
         self._late: list[Fence | Stop] = []
         """Barriers met while a transaction waited for a unit (see ``_linger``)."""
+        self.commit_seconds = Tally(COMMIT_S)
+        """How long each committed batch's transaction took, from BEGIN to COMMIT (a linger
+        for a unit included); ``batch_items``: how many pieces it held. Added to on this
+        thread, read by a metrics scrape (:mod:`colony.metrics`)."""
+        self.batch_items = Tally(BATCH_ITEMS)
 
     def _event(self, name: str, **fields: Any) -> None:
         if self.on_event is not None:
@@ -219,6 +231,7 @@ class Writer:
         if self.lost is not None:
             self._defer(work, StorageUnavailable(self.lost))
             return
+        started = time.perf_counter()
         try:
             counts = self._transaction(work)
         except Exception as exc:
@@ -228,6 +241,8 @@ class Writer:
             else:
                 self._isolate(work)
             return
+        self.commit_seconds.add(time.perf_counter() - started)
+        self.batch_items.add(len(work))
         self._committed(counts)
         for piece in work:
             if isinstance(piece, Commit | Execute):

@@ -67,6 +67,10 @@ class SpanMaker:
         self._routed: OrderedDict[str, tuple[int, int]] = OrderedDict()
         """message id → (span id of the handling that routed it, or _ROOT; its TTL)."""
 
+    def flush(self) -> None:
+        """Export what the processor holds now (blocking: call it off the loop)."""
+        self._processor.force_flush()
+
     def __call__(self, fx: Effects) -> None:
         handled = fx.handled
         routed = self._routed

@@ -110,7 +110,10 @@ def test_a_daemon_on_a_full_disk_refuses_ingress_and_works_again_once_space_retu
                 filler = fill(disk)
                 refused = client.post("/messages", json={"target": "/", "body": big})
                 assert refused.status_code != 202  # 503 once HTTP ingress asks admission
-                assert client.get("/health").status_code == 200
+                health = client.get("/health")  # it answers, and says what is wrong
+                assert (health.status_code, health.json()["status"]) == (503, "failing")
+                assert "colony.db cannot be written" in health.json()["reasons"][0]
+                assert client.get("/ready").status_code == 503
                 filler.unlink()
 
                 def accepted() -> str | None:
@@ -120,6 +123,7 @@ def test_a_daemon_on_a_full_disk_refuses_ingress_and_works_again_once_space_retu
                 trace = _poll(accepted)
                 rows = client.get("/colony/messages", params={"trace_id": trace}).json()
                 assert [r["to_path"] for r in rows["messages"]] == ["/"]
+                assert client.get("/health").json()["status"] == "ok"
             daemon.send_signal(signal.SIGTERM)
             assert daemon.wait(timeout=20) == 0
             assert daemon.stderr is not None

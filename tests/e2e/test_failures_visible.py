@@ -15,7 +15,8 @@ from typing import Any
 from colony.observability import file_logger
 from colony.testing import ColonyHarness
 from colony.traceview import trace_lines
-from scripted import ScriptedOpenAI, error_status
+from scripted import ScriptedOpenAI, ScriptItem, error_status, text_reply
+from tests.api_client import served
 from tests.conformance.cells import TEST_TYPES, user
 from tests.conftest import CONTRACT, TreeFactory, cell, hive
 
@@ -41,7 +42,8 @@ async def test_a_script_that_raises_logs_one_error_line_with_its_traceback(
     async with ColonyHarness(make_tree(raising_tree())) as colony:
         await colony.send("/", user("Ada"))
         await colony.settle()
-        [error] = colony.logs("cell_error", "error")
+        [error] = colony.logs(level="error")  # one ERROR line for the failure, no other
+        assert error["event"] == "cell_error"
         assert (error["cell"], error["error_code"]) == ("/greeter", "script_failed")
         assert error["error"] == "ValueError: no greeting for Ada"
         assert "Traceback (most recent call last)" in error["traceback"]
@@ -59,32 +61,125 @@ async def test_a_cell_crash_logs_its_traceback(make_tree: TreeFactory) -> None:
     async with ColonyHarness(make_tree(tree), cell_types=TEST_TYPES) as colony:
         await colony.send("/a", user("boom"))
         await colony.settle()
-        [crash] = colony.logs("cell_crashed", "error")
+        [crash] = colony.logs(level="error")
+        assert crash["event"] == "cell_crashed"
         assert crash["error"] == "RuntimeError: told to crash on 'boom'"
         assert "Traceback (most recent call last)" in crash["traceback"]
         assert "raise RuntimeError" in crash["traceback"]
 
 
-async def test_a_failing_provider_call_logs_the_provider_error(make_tree: TreeFactory) -> None:
-    tree = {
+KEY = "sk-never-logged-4711"
+TOOLS = [{"name": "calc", "description": "Add.", "input_schema": {"type": "object"}}]
+
+
+def brain_tree(**params: Any) -> dict[str, Any]:
+    return {
         "main/config.json": hive(
             {"from": ".", "to": "./brain"}, {"from": "./brain", "to": "/sink"}
         ),
         "main/brain/config.json": {
             "cell": {"type": "llm"},
-            "params": {"provider": "openai", "model": "m", "api_key": "k", "max_retries": 0},
+            "params": {
+                "provider": "openai",
+                "model": "m",
+                "api_key": KEY,
+                "max_retries": 0,
+                **params,
+            },
             "contract": CONTRACT,
         },
     }
+
+
+def the_one_error(colony: ColonyHarness) -> dict[str, Any]:
+    """The only ERROR record, checked free of the API key."""
+    [error] = colony.logs(level="error")
+    assert KEY not in json.dumps(colony.records, default=str)
+    return error
+
+
+async def test_a_failing_provider_call_logs_one_error_line_with_url_status_and_its_text(
+    make_tree: TreeFactory,
+) -> None:
     async with (
         ScriptedOpenAI([error_status(403, message="this key may not use m")]) as model,
-        ColonyHarness(make_tree(tree), capture=["/sink"], llm_base_url=model.url) as colony,
+        ColonyHarness(make_tree(brain_tree()), capture=["/sink"], llm_base_url=model.url) as colony,
     ):
         await colony.send("/", user())
         await colony.settle()
-        [error] = colony.logs("cell_error", "error")
-        assert (error["cell"], error["error_code"]) == ("/brain", "provider_error")
+        error = the_one_error(colony)
+        assert (error["event"], error["cell"], error["error_code"]) == (
+            "cell_error",
+            "/brain",
+            "provider_error",
+        )
         assert "this key may not use m" in error["error"]
+        assert f"url={model.url}" in error["error"]
+        assert "status=403" in error["error"]
+
+
+async def test_a_failing_provider_call_in_a_loop_turn_names_url_and_status_too(
+    make_tree: TreeFactory,
+) -> None:
+    async with (
+        ScriptedOpenAI([error_status(401, message="bad key")]) as model,
+        ColonyHarness(make_tree(brain_tree()), capture=["/sink"], llm_base_url=model.url) as colony,
+    ):
+        await colony.send("/", {"loop": {"tools": TOOLS}, **user()})
+        await colony.settle()
+        error = the_one_error(colony)
+        assert error["event"] == "cell_error"
+        assert error["error"].startswith("LLM provider error - HTTP 401: bad key")
+        assert f"url={model.url}" in error["error"]
+        assert "status=401" in error["error"]
+        [reply] = colony.captured("/sink")
+        assert reply.body["error"] == "LLM provider error - HTTP 401: bad key"  # as meclaw's
+
+
+async def test_a_failing_provider_call_degrades_health_until_a_call_works(
+    make_tree: TreeFactory,
+) -> None:
+    script: list[ScriptItem] = [
+        error_status(403, message="this key may not use m"),
+        text_reply("hello"),
+    ]
+    async with (
+        ScriptedOpenAI(script) as model,
+        ColonyHarness(make_tree(brain_tree()), capture=["/sink"], llm_base_url=model.url) as colony,
+        served(colony) as api,
+    ):
+        await colony.send("/", user())
+        await colony.settle()
+        doc = (await api.client.get("/health")).json()
+        assert doc["status"] == "degraded"
+        [reason] = doc["reasons"]
+        assert reason.startswith(f"/brain provider: POST {model.url}")
+        assert "HTTP 403: this key may not use m" in reason
+        assert KEY not in json.dumps(doc)
+        await colony.send("/", user())
+        await colony.settle()
+        doc = (await api.client.get("/health")).json()
+        assert (doc["status"], doc["io_liveness"][0]["state"]) == ("ok", "ok")
+
+
+async def test_a_failing_provider_call_on_llm_chat_logs_one_error_line(
+    make_tree: TreeFactory,
+) -> None:
+    async with (
+        ScriptedOpenAI([error_status(500, message="overloaded")]) as model,
+        ColonyHarness(make_tree(brain_tree()), capture=["/sink"], llm_base_url=model.url) as colony,
+        served(colony) as api,
+    ):
+        answer = await api.client.post("/llm/chat?cell=/brain", json={"prompt": "hi"})
+        assert answer.status_code == 500  # the provider's status, passed on
+        assert answer.json()["detail"].startswith("LLM provider error - HTTP 500")
+        error = the_one_error(colony)
+        assert (error["event"], error["status"], error["url"]) == (
+            "llm_chat_failed",
+            500,
+            f"{model.url}/chat/completions",
+        )
+        assert "overloaded" in error["error"]
 
 
 def test_the_stderr_echo_writes_warnings_and_errors_one_compact_line_each() -> None:

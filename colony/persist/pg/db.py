@@ -110,6 +110,8 @@ class PgDb:
             writer.rejected,
             len(writer.kept),
             self.unavailable(),
+            writer.commit_seconds,
+            writer.batch_items,
         )
 
     async def flush(self) -> None:

@@ -1,0 +1,222 @@
+"""Retention: the record pruned a bounded batch at a time, beside routing (docs/retention.md).
+
+A round plans what is past keeping (:func:`colony.persist.prune.plan`), then, table by table,
+finds up to :data:`BATCH` keys on a read connection and deletes them, pausing
+:data:`PAUSE_S` between batches. The daemon's :class:`Pruner` deletes through the colony's own
+writer (:meth:`~colony.persist.backend.Backend.execute`): a batch is one more statement in the
+writer's next transaction, so it never waits for the write lock nor makes routing's commits
+wait for it, and what a commit waits for beyond its own rows is one batch's delete. The
+``prune`` command (:mod:`colony.prune`) deletes on a connection of its own instead, one short
+transaction per batch (on a running colony SQLite serialises it with the daemon's writer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from colony.config.models import RetentionConfig
+from colony.ids import now_ms
+from colony.observability import Logger
+from colony.persist import prune
+from colony.persist.backend import Backend
+from colony.persist.source import Source, postgres_sql
+
+BATCH = 1000
+"""Rows deleted per statement, at most: one batch of message-log rows with their five indexes
+costs the writer a few milliseconds (bench/prune.py)."""
+
+PAUSE_S = 0.02
+"""Between two batches: the writer commits what routing handed it meanwhile."""
+
+FIRST_S = 60.0
+"""The first round, this long after boot (a restart after a long stop prunes soon)."""
+
+EVERY_S = 300.0
+"""Then a round every this many seconds."""
+
+RECORDS = ("message_log", "handling", "dead_letters", "ingress_keys")
+"""What a round reports, in this order."""
+
+Delete = Callable[[prune.Prunable, list[Any]], Awaitable[int]]
+"""Deletes the rows of a target with these keys; how many went."""
+
+
+def policy_of(config: RetentionConfig) -> prune.Policy:
+    return prune.Policy(
+        config.message_log_days, config.message_log_max_mb, config.dead_letters_days
+    )
+
+
+def keeps_everything(config: RetentionConfig) -> bool:
+    """Every limit is 0: nothing is ever pruned (no pruner runs)."""
+    return not (config.message_log_days or config.message_log_max_mb or config.dead_letters_days)
+
+
+def _sql(dialect: str, sql: str) -> str:
+    return postgres_sql(sql) if dialect == "postgres" else sql
+
+
+def delete_statement(target: prune.Prunable, keys: list[Any]) -> tuple[str, tuple[Any, ...]]:
+    """Delete these keys, and only while they still match (a staged table's ``rowid`` can
+    be given to a newer row once its rows moved, between the find and the delete)."""
+    return f"{target.delete(len(keys))} AND {target.where}", (*keys, *target.args)
+
+
+def _plan(source: Source, policy: prune.Policy, now: int) -> list[prune.Prunable]:
+    with source.connect() as session:
+        return prune.plan(session, source.dialect.name, policy, now)
+
+
+def _find(source: Source, target: prune.Prunable, limit: int) -> list[Any]:
+    with source.connect() as session:
+        return prune.find(session, target, limit)
+
+
+async def prune_round(
+    source: Source,
+    policy: prune.Policy,
+    delete: Delete,
+    *,
+    batch: int = BATCH,
+    pause: float = PAUSE_S,
+    now: int | None = None,
+) -> tuple[Counter[str], int]:
+    """One round: rows deleted per record, and how many batches it took."""
+    targets = await asyncio.to_thread(_plan, source, policy, now_ms() if now is None else now)
+    counts: Counter[str] = Counter()
+    batches = 0
+    for target in targets:
+        while True:
+            keys = await asyncio.to_thread(_find, source, target, batch)
+            if not keys:
+                break
+            counts[target.record] += await delete(target, keys)
+            batches += 1
+            if len(keys) < batch:
+                break
+            await asyncio.sleep(pause)
+    return counts, batches
+
+
+def through_writer(db: Backend) -> Delete:
+    """Deletes handed to the colony's writer, awaited until committed."""
+    dialect = db.dialect
+
+    async def delete(target: prune.Prunable, keys: list[Any]) -> int:
+        sql, args = delete_statement(target, keys)
+        sql = _sql(dialect, sql)
+        loop = asyncio.get_running_loop()
+        committed: asyncio.Future[None] = loop.create_future()
+
+        def done(error: BaseException | None) -> None:
+            def settle() -> None:
+                if committed.done():
+                    return
+                if error is None:
+                    committed.set_result(None)
+                else:
+                    committed.set_exception(error)
+
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(settle)
+
+        def work(conn: Any) -> int:
+            return int(conn.execute(sql, args).rowcount)
+
+        deleted = await db.execute(work, None, done)
+        await committed
+        return deleted
+
+    return delete
+
+
+def on_connection(source: Source) -> Delete:
+    """Deletes on a connection of their own, one transaction per batch (the command)."""
+
+    def run(target: prune.Prunable, keys: list[Any]) -> int:
+        sql, args = delete_statement(target, keys)
+        with source.connect(write=True) as session, session.transaction():
+            return int(session.execute(sql, args).rowcount)
+
+    async def delete(target: prune.Prunable, keys: list[Any]) -> int:
+        return await asyncio.to_thread(run, target, keys)
+
+    return delete
+
+
+def report(counts: Counter[str]) -> dict[str, int]:
+    """Rows per record, every record named (0 included), in :data:`RECORDS` order."""
+    return {record: counts.get(record, 0) for record in RECORDS}
+
+
+class Pruner:
+    """The daemon's background pruning: a round :data:`FIRST_S` after boot, then every
+    :data:`EVERY_S`; one ``pruned`` info line per round that deleted something. A round that
+    fails (the database unreachable, busy) is logged and tried again at the next: pruning
+    never stops the colony."""
+
+    def __init__(
+        self,
+        db: Backend,
+        config: RetentionConfig,
+        log: Logger,
+        *,
+        first: float | None = None,
+        every: float | None = None,
+        batch: int = BATCH,
+    ) -> None:
+        self.db = db
+        self.policy = policy_of(config)
+        self.log = log
+        self.first = FIRST_S if first is None else first
+        self.every = EVERY_S if every is None else every
+        self.batch = batch
+        self.rounds = 0
+        self.deleted: Counter[str] = Counter()
+
+    async def run(self) -> None:
+        await asyncio.sleep(self.first)
+        while True:
+            await self.round()
+            await asyncio.sleep(self.every)
+
+    async def round(self) -> Counter[str]:
+        started = time.monotonic()
+        try:
+            counts, batches = await prune_round(
+                self.db.source, self.policy, through_writer(self.db), batch=self.batch
+            )
+        except Exception as exc:  # never let a round's failure reach the colony's tasks
+            self.log.warning(
+                "prune_failed",
+                error=f"{type(exc).__name__}: {exc}",
+                detail="the record was not pruned this round; the next round tries again",
+            )
+            return Counter()
+        self.rounds += 1
+        self.deleted += counts
+        if counts:
+            self.log.info(
+                "pruned",
+                **report(counts),
+                batches=batches,
+                seconds=round(time.monotonic() - started, 2),
+            )
+        return counts
+
+
+Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
+
+
+def start_pruner(
+    db: Backend, config: RetentionConfig, log: Logger, spawn: Spawn
+) -> asyncio.Task[None] | None:
+    """The daemon's pruner, as one of the colony's tasks (None when everything is kept)."""
+    if keeps_everything(config):
+        return None
+    return spawn(Pruner(db, config, log).run(), "pruner")
