@@ -201,3 +201,37 @@ async def test_without_the_sdk_a_daemon_asked_to_trace_warns_once_and_runs_untra
     [warning] = [r for r in logged if r["event"] == "telemetry_unavailable"]
     assert warning["level"] == "warning"
     assert "opentelemetry" in warning["detail"]
+
+
+async def test_a_headless_daemon_without_the_sdk_says_so_once_on_stderr(
+    make_tree: TreeFactory,
+) -> None:
+    import os
+    import signal
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        BLOCK_OTEL,
+        "--root",
+        str(echo_tree(make_tree)),
+        "--daemon",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env={**base, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"},
+    )
+    assert process.stderr is not None
+    said: list[str] = []
+    async with asyncio.timeout(60):
+        while not any("colony running" in line for line in said):
+            line = (await process.stderr.readline()).decode()
+            assert line, f"the daemon ended: {said}"
+            said.append(line)
+        process.send_signal(signal.SIGTERM)
+        said += (await process.stderr.read()).decode().splitlines()
+        assert await process.wait() == 0
+    warned = [line for line in said if "otel extra" in line]
+    assert len(warned) == 1, said
+    assert warned[0].startswith("meclaw: warning: tracing was asked for")
