@@ -140,10 +140,12 @@ async def open_colony(
                     try:
                         await colony.stop()
                     finally:
-                        if member is not None:
-                            await member.stop()
-                        if tracing is not None:  # the last hand-offs' spans, flushed
-                            await tracing.close()
+                        try:
+                            if member is not None:
+                                await member.stop()
+                        finally:
+                            if tracing is not None:  # the last hand-offs' spans, flushed
+                                await tracing.close()
         finally:
             db.close()
     finally:
