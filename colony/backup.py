@@ -20,6 +20,7 @@ store cell's database) are not in ``colony.db``; docs/deploy.md says how to copy
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sqlite3
 from dataclasses import dataclass
@@ -77,24 +78,57 @@ def backup_colony_db(root: Path, out: Path, state_dir: Path | None = None) -> Ba
         raise BackupRefused(f"{out.parent} is not a folder; create it first")
     partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
     try:
+        # The copy holds every message and transcript: readable by its owner only, as the
+        # state folder is (colony.statedir).
+        os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         pages = _copy(source, partial)
-        os.replace(partial, out)
+        _place(partial, out)
+    except FileExistsError:
+        raise BackupRefused(
+            f"{out} exists; name a new file (a backup never overwrites one)"
+        ) from None
+    except OSError as exc:
+        raise BackupRefused(
+            f"cannot write {exc.filename or out}: {exc.strerror or exc}; name a new file in a "
+            "folder this user can write, with room for a copy of colony.db"
+        ) from None
     finally:
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()
     return BackupDone(source=source, target=out, pages=pages)
 
 
+def _place(partial: Path, out: Path) -> None:
+    """Give the finished copy its name without replacing a file that appeared meanwhile: a
+    hard link fails if ``out`` exists (a rename would not). A filesystem without hard links
+    gets the rename, after one more look."""
+    try:
+        os.link(partial, out)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        if out.exists():
+            raise FileExistsError(errno.EEXIST, "exists", str(out)) from None
+        os.replace(partial, out)
+
+
 def _copy(source: Path, target: Path) -> int:
     """The online backup of ``source`` into ``target``, checked and on disk; its page count."""
     src = sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True)
-    dst = sqlite3.connect(target)
+    try:
+        dst = sqlite3.connect(target)
+    except sqlite3.Error as exc:
+        src.close()
+        raise BackupRefused(f"cannot write {target}: {exc}") from None
     try:
         src.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         try:
             src.backup(dst)  # one step: one snapshot (see the module's docstring)
         except sqlite3.Error as exc:
-            raise BackupRefused(f"could not read {source}: {exc}") from None
+            # Either side may have failed: a locked or corrupt source, or a full disk.
+            raise BackupRefused(f"could not copy {source} to {target}: {exc}") from None
         dst.execute("PRAGMA journal_mode = DELETE")
         check = [row[0] for row in dst.execute("PRAGMA integrity_check")]
         if check != ["ok"]:

@@ -129,17 +129,24 @@ def write_starter(dest: Path, *, force: bool = False) -> list[Path]:
 
     Raises :class:`InitRefused` when ``dest`` is not a folder, or holds anything and ``force``
     is false."""
-    if dest.exists() and not dest.is_dir():
-        raise InitRefused(f"{dest} exists and is not a folder; name a new or empty folder")
-    if dest.is_dir() and any(dest.iterdir()) and not force:
+    try:
+        if dest.exists() and not dest.is_dir():
+            raise InitRefused(f"{dest} exists and is not a folder; name a new or empty folder")
+        if dest.is_dir() and any(dest.iterdir()) and not force:
+            raise InitRefused(
+                f"{dest} is not empty; name a new or empty folder, or add --force to write the "
+                f"starter's files ({', '.join(STARTER)}) into it, replacing those files only"
+            )
+        written = []
+        for name, text in STARTER.items():
+            path = dest / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+    except OSError as exc:  # a path through a file, no permission, a full disk: the user's to fix
+        where = exc.filename or dest
         raise InitRefused(
-            f"{dest} is not empty; name a new or empty folder, or add --force to write the "
-            f"starter's files ({', '.join(STARTER)}) into it, replacing those files only"
-        )
-    written = []
-    for name, text in STARTER.items():
-        path = dest / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
+            f"cannot write the starter at {where}: {exc.strerror or exc}; name a folder this "
+            "user can create and write"
+        ) from None
     return written

@@ -85,6 +85,7 @@ async def test_the_cli_backs_up_a_stopped_colony_and_never_overwrites(
     assert done.returncode == 0, done.stderr
     assert f"to {out}" in done.stdout
     assert routed_rows(out) == live > 0
+    assert out.stat().st_mode & 0o777 == 0o600  # it holds every message: its owner's alone
     again = meclaw("backup", "--root", str(root), str(out))
     assert again.returncode == 1
     assert f"{out} exists" in again.stderr
@@ -95,6 +96,24 @@ def test_a_root_without_colony_db_is_refused_with_the_reason(tmp_path: Path) -> 
     assert done.returncode == 1
     assert "no colony.db" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.sqlite_only
+async def test_a_copy_that_cannot_be_written_is_refused_with_the_reason_not_a_bug_report(
+    make_tree: TreeFactory, tmp_path: Path
+) -> None:
+    tree = make_tree({"main/config.json": hive({"from": ".", "to": "/sink"})})
+    async with ColonyHarness(tree, capture=["/sink"], workdir=tmp_path / "work") as colony:
+        await colony.send("/", user())
+        await colony.settle()
+        root = colony.root
+    (tmp_path / "a-file").write_text("", encoding="utf-8")
+    for out in ("/proc/no-backups-here.db", str(tmp_path / "a-file" / "x.db")):
+        done = meclaw("backup", "--root", str(root), out)
+        assert done.returncode == 1, done.stderr
+        assert "backup:" in done.stderr
+        assert "bug in meclaw" not in done.stderr
+        assert "Traceback" not in done.stderr
 
 
 def test_a_cluster_colony_is_refused_and_pointed_at_pg_dump(tmp_path: Path) -> None:

@@ -77,6 +77,16 @@ def test_init_refuses_a_file_in_place_of_the_folder(tmp_path: Path) -> None:
     assert "is not a folder" in refused.stderr
 
 
+def test_init_where_no_folder_can_be_made_is_refused_with_the_reason(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("", encoding="utf-8")
+    for target in (tmp_path / "a-file" / "colony", Path("/proc/no-colony-here")):
+        refused = meclaw("init", str(target))
+        assert refused.returncode == 2, refused.stderr
+        assert "cannot write the starter" in refused.stderr
+        assert "bug in meclaw" not in refused.stderr
+        assert "Traceback" not in refused.stderr
+
+
 async def test_the_starter_answers_a_question_through_an_openai_compatible_server(
     tmp_path: Path,
 ) -> None:
