@@ -132,7 +132,10 @@ class Api:
         self.colony = colony
         self.limits = limits or ServerLimits()
         self.stopping = False
-        """The server shuts down (``GET /ready`` answers 503 from then on)."""
+        """The daemon stops (``GET /ready`` answers 503 from then on)."""
+
+    def stop_taking(self) -> None:
+        self.stopping = True
 
     @property
     def source(self) -> Source:
@@ -319,6 +322,15 @@ class Api:
 
 
 DOCUMENT_KEY: web.AppKey[dict[str, Any]] = web.AppKey("openapi", dict)
+STOPPING_KEY: web.AppKey[Callable[[], None]] = web.AppKey("stopping", Callable[[], None])
+
+
+def stopping(app: web.Application) -> None:
+    """The daemon was told to stop: ``GET /ready`` answers 503 from now on (the listener
+    closes right after; a refused probe reads as not ready too)."""
+    app[STOPPING_KEY]()
+
+
 _OPEN = frozenset({"/health", "/ready"})
 """Routes an orchestrator probes without a token."""
 
@@ -439,6 +451,7 @@ def build_app(
 
     app = web.Application(middlewares=[guard, errors], client_max_size=MAX_BODY)
     api = Api(colony, limits)
+    app[STOPPING_KEY] = api.stop_taking
 
     async def end_streams(app: web.Application) -> None:
         api.stopping = True

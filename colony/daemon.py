@@ -31,7 +31,7 @@ from typing import Any, TextIO
 from cells import close_shared_resources, implemented_cell_types, prepare
 from cells.llm.chat_endpoint import ChatRoute
 from cells.metrics import describe_cells
-from colony.api import build_app, serve
+from colony.api import build_app, serve, stopping
 from colony.boot import open_colony
 from colony.cell import CellType, param_checks
 from colony.cluster.node import default_node_name
@@ -271,6 +271,8 @@ async def _serve(
         _say("stopping")
     finally:
         notifier.stopping()
+        if server is not None:
+            stopping(server.app)  # /ready: 503 for whatever asks before the listener closes
         if pinging is not None:
             pinging.cancel()
         if server is not None:

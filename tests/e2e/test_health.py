@@ -7,7 +7,7 @@ import os
 
 import httpx
 
-from colony.api import build_app, serve
+from colony.api import build_app, serve, stopping
 from colony.testing import ColonyHarness
 from tests.api_client import served
 from tests.conformance.cells import TEST_TYPES
@@ -75,8 +75,7 @@ async def test_a_stopping_server_answers_ready_503(make_tree: TreeFactory) -> No
         served(colony) as api,
     ):
         assert (await api.client.get("/ready")).status_code == 200
-        api.app.on_shutdown.freeze()
-        await api.app.shutdown()  # what a stopping daemon's server runs first
+        stopping(api.app)  # what the daemon does first when told to stop (colony.daemon)
         ready = await api.client.get("/ready")
         assert (ready.status_code, ready.json()["reason"]) == (503, "the daemon is stopping")
 
