@@ -29,6 +29,8 @@ ORDER = (
     "scale",
     "vs_langgraph",
     "cluster",
+    "prune",
+    "telemetry",
 )
 LOOP_ORDER = (None, "asyncio", "uvloop")
 
