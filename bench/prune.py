@@ -5,18 +5,23 @@ The colony: a root hive routing each message to a capture cell (two routing deci
 message-log rows; at-least-once delivery, the default, so each ingress waits for its unit's
 commit). Messages are sent one after another; a message's latency is from the send to its
 delivery at the capture cell. Each repeat inserts ``--rows`` message-log rows 30 days old
-(a batch of SQL on the writer's own connection), times ``--baseline`` messages with them in
-place, then runs one pruning round (:func:`colony.retention.prune_round`, through the writer,
-as the daemon's pruner does) while messages keep being sent, and times those. The issue's
-target: the median latency during pruning within 1.5x of the baseline's.
+(a batch of SQL on the writer's own connection; ``--body-kb``: each with a body of that many
+KB, as an LLM transcript's, else a 4-character text), empties the WAL, times ``--baseline``
+messages with them in place, then runs one pruning round (:func:`colony.retention.prune_round`,
+through the writer, as the daemon's pruner does) while messages keep being sent, and times
+those, and how large ``colony.db-wal`` grew. The issue's target: the median latency during
+pruning within 1.5x of the baseline's. ``--secure-delete on`` and a large ``--batch-bytes``
+give what the pruner did before it set ``secure_delete=FAST`` and counted bytes.
 
-    python bench/prune.py [--rows N] [--baseline M] [--repeats R] [--loop asyncio|uvloop|both]
+    python bench/prune.py [--rows N] [--body-kb K] [--baseline M] [--repeats R]
+        [--batch N] [--batch-bytes B] [--secure-delete fast|on] [--loop asyncio|uvloop|both]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import tempfile
@@ -33,6 +38,7 @@ from colony.config.models import RetentionConfig
 from colony.ids import now_ms
 from colony.persist import prune
 from colony.persist.prune import DAY_MS
+from colony.persist.schema import connect
 from colony.testing import ColonyHarness
 
 TARGET = 1.5
@@ -57,15 +63,46 @@ def build_tree(root: Path) -> Path:
     )
 
 
-async def insert_old(colony: ColonyHarness, rows: int, start: int) -> None:
+def old_body(body_kb: int) -> dict[str, Any]:
+    if not body_kb:
+        return BODY
+    return {"messages": [{"origin": "assistant", "type": "text", "text": "x" * body_kb * 1000}]}
+
+
+def db_path(colony: ColonyHarness) -> Path:
+    path = colony.colony.db.source.path
+    assert path is not None, "the benchmark's colony is on SQLite"
+    return path
+
+
+def wal_bytes(colony: ColonyHarness) -> int:
+    try:
+        return db_path(colony).with_name("colony.db-wal").stat().st_size
+    except OSError:
+        return 0
+
+
+def empty_wal(colony: ColonyHarness) -> None:
+    """Copy the WAL into the file and cut it to nothing, so its growth is the round's."""
+    with contextlib.closing(connect(str(db_path(colony)))) as conn:
+        for _ in range(1000):
+            if conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0:
+                return
+
+
+async def insert_old(colony: ColonyHarness, rows: int, start: int, body_kb: int) -> None:
     at = now_ms() - 30 * DAY_MS
-    body = json.dumps(BODY)
+    body = json.dumps(old_body(body_kb))
 
-    def insert(conn: Any) -> None:
-        conn.execute(OLD_ROWS, (rows, start, start, start, body, at, at))
+    for first in range(0, rows, 1000):  # a transaction of at most 1,000 rows
+        chunk = min(1000, rows - first)
+        here = start + first
 
-    await colony.colony.db.execute(insert)
-    await colony.colony.db.flush()
+        def insert(conn: Any, chunk: int = chunk, here: int = here) -> None:
+            conn.execute(OLD_ROWS, (chunk, here, here, here, body, at, at))
+
+        await colony.colony.db.execute(insert)
+        await colony.colony.db.flush()
 
 
 async def one(colony: ColonyHarness, delivered: int) -> float:
@@ -77,12 +114,37 @@ async def one(colony: ColonyHarness, delivered: int) -> float:
     return time.perf_counter() - start
 
 
+@contextlib.asynccontextmanager
+async def secure_delete(colony: ColonyHarness, mode: str) -> Any:
+    """The writer's connection with ``secure_delete`` as asked (the daemon's is FAST)."""
+    db = colony.colony.db
+
+    def pragma(value: str) -> Any:
+        def work(conn: Any) -> None:
+            conn.execute(f"PRAGMA secure_delete={value}")
+
+        return work
+
+    if mode == "on":
+        await db.execute(pragma("1"))
+        await db.flush()
+    try:
+        yield
+    finally:
+        if mode == "on":
+            await db.execute(pragma("FAST"))
+            await db.flush()
+
+
 async def repeat(
-    colony: ColonyHarness, rows: int, baseline: int, start: int, batch: int
-) -> tuple[list[float], list[float], int, float, list[float]]:
-    await insert_old(colony, rows, start)
+    colony: ColonyHarness, rows: int, body_kb: int, baseline: int, start: int, sizes: Any
+) -> tuple[list[float], list[float], int, float, list[float], int]:
+    batch, batch_bytes = sizes
+    await insert_old(colony, rows, start, body_kb)
     await colony.settle()
+    await asyncio.to_thread(empty_wal, colony)
     before = [await one(colony, len(colony.captured("/sink"))) for _ in range(baseline)]
+    print(f"  colony.db-wal after the baseline's messages: {wal_bytes(colony) / 1e6:.1f} MB")
     db = colony.colony.db
     delete = retention.through_writer(db)
     deletes: list[float] = []
@@ -95,33 +157,49 @@ async def repeat(
 
     began = time.perf_counter()
     policy = retention.policy_of(RetentionConfig())
-    pruning = asyncio.create_task(retention.prune_round(db.source, policy, timed, batch=batch))
+    pruning = asyncio.create_task(
+        retention.prune_round(db.source, policy, timed, batch=batch, batch_bytes=batch_bytes)
+    )
     during = []
+    wal = 0
     while not pruning.done():
         during.append(await one(colony, len(colony.captured("/sink"))))
+        wal = max(wal, wal_bytes(colony))
     counts, batches = await pruning
     elapsed = time.perf_counter() - began
     assert counts["message_log"] == rows, counts
-    return before, during, batches, elapsed, deletes
+    return before, during, batches, elapsed, deletes, max(wal, wal_bytes(colony))
 
 
-async def main(rows: int, baseline: int, repeats: int, batch: int, loop: str) -> None:
+async def main(args: argparse.Namespace, loop: str) -> None:
+    rows, body_kb, baseline = args.rows, args.body_kb, args.baseline
     befores: list[float] = []
     deletes: list[float] = []
     durings: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         tree = build_tree(Path(tmp) / "tree")
-        async with ColonyHarness(tree, capture=["/sink"], log_level="info") as colony:
-            for n in range(repeats):
-                before, during, batches, elapsed, times = await repeat(
-                    colony, rows, baseline, -(n + 1) * rows * 2, batch
+        async with (
+            ColonyHarness(tree, capture=["/sink"], log_level="info") as colony,
+            secure_delete(colony, args.secure_delete),
+        ):
+            for n in range(args.repeats):
+                before, during, batches, elapsed, times, wal = await repeat(
+                    colony,
+                    rows,
+                    body_kb,
+                    baseline,
+                    -(n + 1) * rows * 2,
+                    (args.batch, args.batch_bytes),
                 )
                 deletes += times
                 befores += before
                 durings += during
                 print(
-                    f"repeat {n + 1}: {rows:,} rows pruned in {batches} batches of at most "
-                    f"{batch} in {elapsed:.1f} s; {len(during)} messages routed meanwhile"
+                    f"repeat {n + 1}: {rows:,} rows ({body_kb or 0.03} KB bodies) pruned in "
+                    f"{batches} batches of at most {min(args.batch, retention.BATCH)} rows and "
+                    f"{args.batch_bytes / 1e6:g} MB in {elapsed:.1f} s; {len(during)} messages "
+                    f"routed meanwhile; colony.db-wal grew to {wal / 1e6:.1f} MB "
+                    f"(secure_delete {args.secure_delete})"
                 )
     base, under = statistics.median(befores), statistics.median(durings)
     p99_base = statistics.quantiles(befores, n=100)[98]
@@ -137,9 +215,10 @@ async def main(rows: int, baseline: int, repeats: int, batch: int, loop: str) ->
     verdict = "met" if ratio <= TARGET else "NOT met"
     print(f"ratio (median): {ratio:.2f}x (target <= {TARGET:g}x) -> {verdict}")
     print(f"ratio (p99)   : {p99_under / p99_base:.2f}x")
+    bodies = f" of {body_kb} KB bodies" if body_kb else ""
     record(
         "prune",
-        f"routing latency (median) while pruning {rows:,} old log rows",
+        f"routing latency (median) while pruning {rows:,} old log rows{bodies}",
         under * 1e3,
         "ms",
         loop=loop,
@@ -153,13 +232,12 @@ async def main(rows: int, baseline: int, repeats: int, batch: int, loop: str) ->
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--body-kb", type=int, default=0, help="each old row's body, in KB")
     parser.add_argument("--baseline", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--batch", type=int, default=retention.BATCH)
+    parser.add_argument("--batch", type=int, default=retention.BATCH, help="rows, at most 900")
+    parser.add_argument("--batch-bytes", type=int, default=retention.BATCH_BYTES)
+    parser.add_argument("--secure-delete", choices=("fast", "on"), default="fast")
     add_loop_argument(parser)
     args = parser.parse_args()
-    raise SystemExit(
-        per_loop(
-            args.loop, lambda loop: main(args.rows, args.baseline, args.repeats, args.batch, loop)
-        )
-    )
+    raise SystemExit(per_loop(args.loop, lambda loop: main(args, loop)))

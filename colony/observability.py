@@ -93,19 +93,29 @@ class Rotation:
         """The rotated files, newest first (``log.jsonl.1`` ...)."""
         return [f"{self.path}.{n}" for n in range(1, self.keep + 1)]
 
+    def _shift(self) -> None:
+        """``.1`` to ``.2`` and so on, then the full file to ``.1`` (``keep`` 0: deleted).
+        Each step moves a file onto a name the step before freed, so a shift cut short by a
+        failure and tried again loses nothing kept."""
+        if self.keep == 0:
+            os.unlink(self.path)
+            return
+        names = self.names()
+        for older, newer in zip(reversed(names[1:]), reversed(names[:-1]), strict=True):
+            if os.path.lexists(newer):
+                os.replace(newer, older)
+        os.replace(self.path, names[0])
+
     def rotate(self) -> int | None:
         now = time.monotonic()
         if now < self._retry_at:
             return None
         try:
-            if self.keep == 0:
-                os.unlink(self.path)
-            else:
-                names = self.names()
-                for older, newer in zip(reversed(names[1:]), reversed(names[:-1]), strict=True):
-                    if os.path.lexists(newer):
-                        os.replace(newer, older)
-                os.replace(self.path, names[0])
+            # Without the file, an earlier try moved it aside and then failed to open the new
+            # one: only the opening is left to do (shifting again would push the kept files
+            # out, one per try, and never bring the log back).
+            if os.path.lexists(self.path):
+                self._shift()
             return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         except OSError as exc:
             self.error = f"{type(exc).__name__}: {exc}"

@@ -4,10 +4,11 @@ at a time, on ``colony.db`` or the cluster database.
 A round is planned once (:func:`plan`): the cutoffs by age, and, when the message log is larger
 than its cap, the ``seq`` below which its oldest rows go. Each :class:`Prunable` is one physical
 table and one condition. Its rows are *found* on a read connection (``SELECT key ... LIMIT n``:
-on SQLite a WAL reader, so the search never holds the write lock) and *deleted* by key, at most
-``n`` per statement, where the caller chooses (the daemon through its writer, the ``prune``
-command on a connection of its own). A delete by key touches exactly those rows and their index
-entries: its cost is bounded by the batch, whatever the table's size.
+on SQLite a WAL reader, so the search never holds the write lock), up to ``n`` rows or, first,
+as many as make up a number of bytes of headers and bodies (:func:`find`), and *deleted* by
+key, where the caller chooses (the daemon through its writer, the ``prune`` command on a
+connection of its own). A delete by key touches exactly those rows, their index entries and
+the pages of their bodies: its cost is bounded by the batch, whatever the table's size.
 
 What is kept on purpose: the journal (messages not yet handled: never pruned), the registry,
 the newest message-log row and the newest dead letter (their keys number the next rows; deleting
@@ -32,6 +33,9 @@ HANDLING_TABLES = {"sqlite": ("handling_indexed", "handling_recent"), "postgres"
 _ROW_KEY = {"sqlite": "rowid", "postgres": "seq"}
 """The key of a ``handling`` row (SQLite's tables have no column of their own for it)."""
 _INGRESS_KEY = {"sqlite": "rowid", "postgres": "key"}
+_LENGTH = {"sqlite": "length", "postgres": "octet_length"}
+"""A text's length in the find's byte count: PostgreSQL's ``octet_length`` reads it from a
+TOASTed value's header, without fetching the value (SQLite's ``length`` reads the text)."""
 
 ROW_BYTES = 500
 """What a message-log row costs on disk besides its headers and body: its ids, paths and
@@ -62,9 +66,15 @@ class Prunable:
     key: str
     where: str
     args: tuple[Any, ...]
+    size: str = "0"
+    """SQL for the bytes of a row's large columns (its headers and body), which a batch
+    counts: deleting a row frees, and rewrites, a page for every 4 KB of them."""
 
     def find(self, limit: int) -> str:
-        return f"SELECT {self.key} FROM {self.table} WHERE {self.where} LIMIT {int(limit)}"
+        return (
+            f"SELECT {self.key}, {self.size} FROM {self.table} WHERE {self.where} "
+            f"LIMIT {int(limit)}"
+        )
 
     def count(self) -> str:
         return f"SELECT count(*) FROM {self.table} WHERE {self.where}"
@@ -145,17 +155,21 @@ def plan(session: Session, dialect: str, policy: Policy, now_ms: int) -> list[Pr
     age, the ingress keys with the log."""
     targets: list[Prunable] = []
     logs, handling = LOG_TABLES[dialect], HANDLING_TABLES[dialect]
+    length = _LENGTH[dialect]
+    log_bytes = f"{length}(headers) + {length}(body_payload)"
     newest_log = _newest(session, logs, "seq")
     log_cut: int | None = None  # handling rows before this time go (epoch ms)
     if policy.message_log_days and newest_log is not None:
         log_cut = now_ms - policy.message_log_days * DAY_MS
         where = f"{_age('at_ms', 'created_at')} AND seq < ?"
         args = (log_cut, log_cut // 1000, newest_log)
-        targets += [Prunable("message_log", t, "seq", where, args) for t in logs]
+        targets += [Prunable("message_log", t, "seq", where, args, log_bytes) for t in logs]
     if policy.message_log_max_mb and newest_log is not None:
         cutoff = size_cutoff(session, dialect, policy.message_log_max_mb * MB, newest_log)
         if cutoff is not None:
-            targets += [Prunable("message_log", t, "seq", "seq <= ?", (cutoff,)) for t in logs]
+            targets += [
+                Prunable("message_log", t, "seq", "seq <= ?", (cutoff,), log_bytes) for t in logs
+            ]
             kept_from = _oldest_kept_ms(session, logs, cutoff)
             if kept_from is not None and (log_cut is None or kept_from > log_cut):
                 log_cut = kept_from
@@ -187,6 +201,7 @@ def plan(session: Session, dialect: str, policy: Policy, now_ms: int) -> list[Pr
                     "id",
                     where,
                     (cut // 1000, cut, cut // 1000, newest),
+                    f"{length}(message_json)",
                 )
             )
     return targets
@@ -206,9 +221,27 @@ def _oldest_kept_ms(session: Session, logs: Sequence[str], cutoff: int) -> int |
     return min(present) if present else None
 
 
-def find(session: Session, target: Prunable, limit: int) -> list[Any]:
-    """Keys of up to ``limit`` rows of ``target`` (on a read connection)."""
-    return [row[0] for row in session.execute(target.find(limit), target.args).fetchall()]
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A batch's keys, and whether ``target`` may hold more rows past keeping after them."""
+
+    keys: list[Any]
+    more: bool
+
+
+def find(session: Session, target: Prunable, limit: int, max_bytes: int) -> Found:
+    """Keys of up to ``limit`` rows of ``target`` (on a read connection), fewer when their
+    sizes reach ``max_bytes`` first (at least one row, however large). The rows are read one
+    at a time, so on SQLite the search stops at the row that reaches the bytes."""
+    rows = session.execute(target.find(limit), target.args)
+    keys: list[Any] = []
+    total = 0
+    while (row := rows.fetchone()) is not None:
+        keys.append(row[0])
+        total += int(row[1] or 0)
+        if total >= max_bytes:
+            return Found(keys, True)
+    return Found(keys, len(keys) >= limit)
 
 
 def count(session: Session, target: Prunable) -> int:
@@ -226,7 +259,12 @@ def counts(session: Session, targets: Sequence[Prunable]) -> dict[str, int]:
             t
             if known is None
             else Prunable(
-                t.record, t.table, t.key, f"({known.where}) OR ({t.where})", known.args + t.args
+                t.record,
+                t.table,
+                t.key,
+                f"({known.where}) OR ({t.where})",
+                known.args + t.args,
+                t.size,
             )
         )
     found: dict[str, int] = {}

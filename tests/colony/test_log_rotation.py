@@ -106,3 +106,31 @@ def test_the_daemon_logger_rotates_json_lines(tmp_path: Path) -> None:
     current = [json.loads(line)["n"] for line in _lines(path)]
     assert rotated + current == list(range(rotated[0], 10))
     assert current[-1] == 9
+
+
+def test_a_rotation_whose_new_file_failed_keeps_the_rotated_files_and_starts_the_log_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "log.jsonl"
+    (tmp_path / "log.jsonl.1").write_text("kept\n", encoding="utf-8")
+    real_open = os.open
+    failures = [OSError(24, "Too many open files")]
+
+    def open_once_failing(*args: object, **kwargs: object) -> int:
+        if failures:  # the renames went through; the new file fails once (EMFILE)
+            raise failures.pop()
+        return real_open(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", open_once_failing)
+    monkeypatch.setattr(Rotation, "RETRY_S", 0.0)
+    with path.open("a", encoding="utf-8") as stream:
+        writer = SafeFileWriter(stream, max_bytes=100, keep=3)
+        for n in range(3):
+            writer.msg(f"{n}{LINE}")
+    # the failed rotation moved the log aside: its lines 0 and 1 stay there, the retry starts
+    # log.jsonl again without moving the rotated files once more
+    assert [line[0] for line in _lines(tmp_path / "log.jsonl.1")] == ["0", "1"]
+    assert _lines(tmp_path / "log.jsonl.2") == ["kept"]
+    assert not (tmp_path / "log.jsonl.3").exists()
+    assert _lines(path) == [f"2{LINE}"]
+    assert writer.dropped == 0

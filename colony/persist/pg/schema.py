@@ -92,6 +92,7 @@ CREATE TABLE IF NOT EXISTS ingress_keys (
     trace_id TEXT NOT NULL,
     created_at BIGINT NOT NULL
 );
+CREATE INDEX IF NOT EXISTS ingress_keys_created ON ingress_keys(created_at);
 CREATE TABLE IF NOT EXISTS cluster_partitions (
     partition INTEGER PRIMARY KEY,
     owner TEXT,
@@ -139,6 +140,7 @@ CREATE TABLE IF NOT EXISTS handling (
     tokens_completion BIGINT
 );
 CREATE INDEX IF NOT EXISTS handling_trace ON handling(trace_id);
+CREATE INDEX IF NOT EXISTS handling_started ON handling(started_ms);
 """
 """The ``handling`` table (one row per message a cell finished handling)."""
 
@@ -151,11 +153,20 @@ _ADDED = (
 )
 """Columns newer than the first cluster databases (the per-hop record)."""
 
+_INDEXES_ADDED = (
+    ("message_log_at", "message_log", "at_ms"),
+    ("handling_started", "handling", "started_ms"),
+    ("ingress_keys_created", "ingress_keys", "created_at"),
+)
+"""Indexes newer than the first cluster databases: the per-hop record's, and the ones
+retention's search for old rows goes by (:mod:`colony.persist.prune`)."""
+
 
 def _upgrade(conn: Any) -> None:
-    """Give a database made before the per-hop record its columns, table and index. Each
-    statement runs only when what it adds is missing: DDL takes its table's lock, and a
-    node booting beside busy ones would wait on their writers (see :func:`create`)."""
+    """Give a database made before the per-hop record or retention its columns, table and
+    indexes. Each statement runs only when what it adds is missing: DDL takes its table's
+    lock, and a node booting beside busy ones would wait on their writers (see
+    :func:`create`). Building an index on a large table holds its writers for as long."""
     have = {
         (table, column)
         for table, column in conn.execute(
@@ -169,8 +180,9 @@ def _upgrade(conn: Any) -> None:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {kind}")
     if conn.execute("SELECT to_regclass('handling')").fetchone()[0] is None:
         conn.execute(HANDLING_DDL)
-    if conn.execute("SELECT to_regclass('message_log_at')").fetchone()[0] is None:
-        conn.execute("CREATE INDEX IF NOT EXISTS message_log_at ON message_log(at_ms)")
+    for index, table, column in _INDEXES_ADDED:
+        if conn.execute("SELECT to_regclass(%s)", (index,)).fetchone()[0] is None:
+            conn.execute(f"CREATE INDEX IF NOT EXISTS {index} ON {table}({column})")
 
 
 def _made(conn: Any) -> bool:

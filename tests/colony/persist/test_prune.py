@@ -4,6 +4,8 @@ backend; a dry run counts and deletes nothing; the newest rows and the journal a
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from collections import Counter
 from typing import Any
 
@@ -18,8 +20,9 @@ from colony.persist import prune
 from colony.persist.db import ColonyDb
 from colony.persist.pg.db import PgDb
 from colony.persist.records import read_log
+from colony.persist.schema import WAL_LIMIT_BYTES, connect
 from colony.persist.source import Source
-from colony.retention import BATCH, policy_of, prune_round, through_writer
+from colony.retention import BATCH, BATCH_BYTES, policy_of, prune_round, through_writer
 
 DAY = prune.DAY_MS
 NOW = now_ms()
@@ -37,8 +40,8 @@ def _handled(age_days: float) -> Handled:
     return Handled("m", "t", "/a", "capture", int(NOW - age_days * DAY), 1, "ok")
 
 
-def _letter(age_days: float) -> DeadLetter:
-    m = source_message("/gone", BODY)
+def _letter(age_days: float, body: Any = BODY) -> DeadLetter:
+    m = source_message("/gone", body)
     m.created_at = int(NOW - age_days * DAY) // 1000
     return DeadLetter("unresolved_path", "/", "/gone", "/gone", m, None, int(NOW - age_days * DAY))
 
@@ -200,3 +203,125 @@ async def test_a_newest_row_larger_than_the_cap_is_kept_alone(either_db: ColonyD
     counts, _, _ = await _prune(db, RetentionConfig(message_log_max_mb=1))
     assert counts == Counter(message_log=2)
     assert [r.at_ms for r in read_log(db.source)] == [NOW]
+
+
+async def test_a_batch_of_large_rows_stops_at_its_bytes(either_db: ColonyDb | PgDb) -> None:
+    db = either_db
+    assert BATCH_BYTES == 4_000_000
+    db.write([_log(30, {"text": "x" * 400_000}) for _ in range(25)] + [_log(0)])
+    db.write([_letter(100, {"text": "x" * 1_500_000}) for _ in range(5)] + [_letter(0)])
+    await db.flush()
+    counts, batches, sizes = await _prune(db, RetentionConfig())
+    assert counts == Counter(message_log=25, dead_letters=5)
+    # 4 MB: ten log rows of 0.4 MB, three dead letters of 1.5 MB
+    assert sizes == [10, 10, 5, 3, 2]
+    assert batches == 5
+
+
+async def test_a_batch_binds_no_more_values_than_sqlite_before_3_32_allows(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from colony import prune as command
+    from colony.persist import source as sources
+
+    db = ColonyDb(tmp_path / "colony.db")
+    try:
+        db.write([_log(30) for _ in range(1000)] + [_log(0)])
+        db.write([_letter(100) for _ in range(1000)] + [_letter(0)])
+        await db.flush()
+    finally:
+        db.close()
+
+    def limited(path: str, *, readonly: bool = False) -> sqlite3.Connection:
+        conn = connect(path, readonly=readonly)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)  # SQLite < 3.32's default
+        return conn
+
+    monkeypatch.setattr(sources, "connect", limited)
+    done = await asyncio.to_thread(command.run, db.source, RetentionConfig(), now=NOW)
+    assert done.rows == {
+        "message_log": 1000,
+        "handling": 0,
+        "dead_letters": 1000,
+        "ingress_keys": 0,
+    }
+
+
+def _truncate_wal(path: Any) -> None:
+    """Copy the WAL into the file and empty it (retried while the checkpointer is at it)."""
+    with contextlib.closing(connect(str(path))) as conn:
+        for _ in range(100):
+            if conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0:
+                return
+    raise AssertionError("the WAL could not be checkpointed")
+
+
+async def test_pruning_large_bodies_writes_little_to_the_write_ahead_log(tmp_path: Any) -> None:
+    path = tmp_path / "colony.db"
+    db = ColonyDb(path)
+    try:
+        db.write([_log(30, {"text": "x" * 50_000}) for _ in range(160)] + [_log(0)])
+        await db.flush()
+        _truncate_wal(path)
+        counts, _, _ = await _prune(db, RetentionConfig())
+        assert counts == Counter(message_log=160)
+        wal = path.with_name("colony.db-wal").stat().st_size
+    finally:
+        db.close()
+    # 8 MB of bodies deleted: the pages they free are not zeroed through the WAL
+    assert wal < 1_000_000, wal
+
+
+async def test_the_writers_and_the_commands_connections_cut_the_wal_back(tmp_path: Any) -> None:
+    path = tmp_path / "colony.db"
+    db = ColonyDb(path)
+    try:
+        writer = await db.execute(
+            lambda conn: [
+                conn.execute(f"PRAGMA {name}").fetchone()[0]
+                for name in ("journal_size_limit", "secure_delete")
+            ]
+        )
+    finally:
+        db.close()
+    with Source.sqlite(path).connect(write=True) as session:
+        command = [
+            session.execute(f"PRAGMA {name}").fetchone()[0]
+            for name in ("journal_size_limit", "secure_delete")
+        ]
+    assert writer == command == [WAL_LIMIT_BYTES, 2]  # secure_delete 2: FAST
+
+
+def _plan_of(source: Source, target: prune.Prunable) -> str:
+    """How the database searches ``target``'s rows (PostgreSQL told to use an index it has,
+    as it would on a large table: on a test's few rows a scan is cheaper)."""
+    with source.connect() as session:
+        if source.dialect.name == "sqlite":
+            rows = session.execute(f"EXPLAIN QUERY PLAN {target.find(BATCH)}", target.args)
+            return " ".join(str(row[-1]) for row in rows.fetchall())
+        session.execute("SET enable_seqscan = off")
+        rows = session.execute(f"EXPLAIN {target.find(BATCH)}", target.args)
+        return " ".join(str(row[0]) for row in rows.fetchall())
+
+
+async def test_an_older_database_gains_the_indexes_retention_searches_by(
+    either_db: ColonyDb | PgDb,
+) -> None:
+    db = either_db
+    db.write([_log(30), _log(0), _handled(30)])
+    await db.flush()
+    indexed = "handling_indexed" if db.source.dialect.name == "sqlite" else "handling"
+    with db.source.connect(write=True) as session:  # as a daemon made it before them
+        session.execute("DROP INDEX IF EXISTS ingress_keys_created")
+        if indexed == "handling":
+            session.execute("DROP INDEX IF EXISTS handling_started")
+    if isinstance(db, ColonyDb):
+        ColonyDb(db.path).close()
+    else:
+        assert db.source.dsn is not None
+        await asyncio.to_thread(lambda: PgDb(str(db.source.dsn), "reader", 1).close())
+    with db.source.connect() as session:
+        targets = prune.plan(session, db.source.dialect.name, policy_of(RetentionConfig()), NOW)
+    plans = {t.table: _plan_of(db.source, t) for t in targets}
+    assert "ingress_keys_created" in plans["ingress_keys"], plans
+    assert "handling_started" in plans[indexed], plans
