@@ -54,6 +54,7 @@ def _count(colony: ColonyHarness, where: str = "1") -> int:
     )
 
 
+@pytest.mark.sqlite_only  # old rows written in SQLite SQL; pruning on PostgreSQL: tests/colony/persist/test_prune.py
 async def test_the_daemon_prunes_soon_after_boot_and_says_so_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -81,6 +82,7 @@ async def test_a_colony_that_keeps_everything_runs_no_pruner(tmp_path: Path) -> 
         assert "pruner" not in names
 
 
+@pytest.mark.sqlite_only  # old rows written in SQLite SQL; pruning on PostgreSQL: tests/colony/persist/test_prune.py
 async def test_a_hundred_thousand_old_rows_are_pruned_in_bounded_batches_while_routing_continues(
     tmp_path: Path,
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import httpx
+import pytest
 
 from colony.api import build_app, serve, stopping
 from colony.testing import ColonyHarness
@@ -30,6 +31,7 @@ async def test_a_colony_without_io_tasks_is_healthy_and_ready(make_tree: TreeFac
         assert (ready.status_code, ready.json()) == (200, {"ready": True, "reason": None})
 
 
+@pytest.mark.sqlite_only  # deletes colony.db
 async def test_a_deleted_colony_db_makes_health_failing_and_the_colony_not_ready(
     make_tree: TreeFactory,
 ) -> None:

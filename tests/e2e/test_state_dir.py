@@ -160,6 +160,7 @@ async def test_a_harness_colony_with_a_state_dir_writes_nothing_into_its_tree(
     assert_state_holds_the_run(state, leased=False)
 
 
+@pytest.mark.sqlite_only  # a cluster proxy keeps its state in the cluster database
 async def test_a_proxy_keeps_its_cell_db_in_the_state_dir(
     make_tree: TreeFactory, tmp_path: Path
 ) -> None:
