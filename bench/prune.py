@@ -196,7 +196,7 @@ async def main(args: argparse.Namespace, loop: str) -> None:
                 durings += during
                 print(
                     f"repeat {n + 1}: {rows:,} rows ({body_kb or 0.03} KB bodies) pruned in "
-                    f"{batches} batches of at most {min(args.batch, retention.BATCH)} rows and "
+                    f"{batches} batches of at most {min(args.batch, retention.BATCH_MAX)} rows and "
                     f"{args.batch_bytes / 1e6:g} MB in {elapsed:.1f} s; {len(during)} messages "
                     f"routed meanwhile; colony.db-wal grew to {wal / 1e6:.1f} MB "
                     f"(secure_delete {args.secure_delete})"

@@ -27,15 +27,21 @@ from colony.persist import prune
 from colony.persist.backend import Backend
 from colony.persist.source import Source, postgres_sql
 
-BATCH = 900
+BATCH_MAX = 900
 """Rows deleted per statement, at most. With a target's few arguments a statement binds at
 most 904 values: SQLite before 3.32 refuses a statement of more than 999."""
 
-BATCH_BYTES = 4_000_000
+BATCH = 300
+"""Rows deleted per batch by default: each batch's delete is one more statement in one of the
+writer's transactions, which routing's commits wait behind. bench/prune.py: 300 rows held the
+writer about 3 ms (routing's median latency 1.07x of without pruning, p99 2.4x); 900 rows
+about 6 ms (1.37x, p99 6x). A 100,000-row backlog then takes 334 batches, about 8 s."""
+
+BATCH_BYTES = 1_500_000
 """A batch stops early at rows holding this many bytes of headers and bodies: deleting a row
 reads every page of its body, so the writer's transaction grows with the bytes, not the
 rows (bench/prune.py --body-kb 50: a batch of 900 such rows held the writer 27 ms with
-``secure_delete=FAST``, 307 ms without; one of 4 MB, 3.5 ms)."""
+``secure_delete=FAST``, 307 ms without; one of 4 MB, 3.5 ms; see docs/retention.md)."""
 
 PAUSE_S = 0.02
 """Between two batches: the writer commits what routing handed it meanwhile."""
@@ -95,9 +101,9 @@ async def prune_round(
     now: int | None = None,
 ) -> tuple[Counter[str], int]:
     """One round: rows deleted per record, and how many batches it took. A batch is at most
-    ``batch`` rows (and never more than :data:`BATCH`) and stops at ``batch_bytes``."""
+    ``batch`` rows (and never more than :data:`BATCH_MAX`) and stops at ``batch_bytes``."""
     targets = await asyncio.to_thread(_plan, source, policy, now_ms() if now is None else now)
-    limit = max(1, min(batch, BATCH))
+    limit = max(1, min(batch, BATCH_MAX))
     counts: Counter[str] = Counter()
     batches = 0
     for target in targets:

@@ -207,15 +207,15 @@ async def test_a_newest_row_larger_than_the_cap_is_kept_alone(either_db: ColonyD
 
 async def test_a_batch_of_large_rows_stops_at_its_bytes(either_db: ColonyDb | PgDb) -> None:
     db = either_db
-    assert BATCH_BYTES == 4_000_000
+    assert BATCH_BYTES == 1_500_000
     db.write([_log(30, {"text": "x" * 400_000}) for _ in range(25)] + [_log(0)])
     db.write([_letter(100, {"text": "x" * 1_500_000}) for _ in range(5)] + [_letter(0)])
     await db.flush()
     counts, batches, sizes = await _prune(db, RetentionConfig())
     assert counts == Counter(message_log=25, dead_letters=5)
-    # 4 MB: ten log rows of 0.4 MB, three dead letters of 1.5 MB
-    assert sizes == [10, 10, 5, 3, 2]
-    assert batches == 5
+    # 1.5 MB: four log rows of 0.4 MB (the fourth reaches it), one dead letter of 1.5 MB
+    assert sizes == [4, 4, 4, 4, 4, 4, 1, 1, 1, 1, 1, 1]
+    assert batches == 12
 
 
 async def test_a_batch_binds_no_more_values_than_sqlite_before_3_32_allows(
