@@ -30,6 +30,15 @@ def routed_rows(db: Path) -> int:
         return int(conn.execute("SELECT count(*) FROM message_log").fetchone()[0])
 
 
+async def routed_once(make_tree: TreeFactory, tmp_path: Path) -> tuple[Path, int]:
+    """A stopped colony that routed one message: its root and its message-log rows."""
+    tree = make_tree({"main/config.json": hive({"from": ".", "to": "/sink"})})
+    async with ColonyHarness(tree, capture=["/sink"], workdir=tmp_path / "work") as colony:
+        await colony.send("/", user())
+        await colony.settle()
+        return colony.root, len(await colony.message_log())
+
+
 @pytest.mark.sqlite_only
 async def test_a_backup_taken_while_the_colony_routes_is_whole_and_holds_the_rows(
     make_tree: TreeFactory, tmp_path: Path
@@ -74,12 +83,7 @@ async def test_a_backup_taken_while_the_colony_routes_is_whole_and_holds_the_row
 async def test_the_cli_backs_up_a_stopped_colony_and_never_overwrites(
     make_tree: TreeFactory, tmp_path: Path
 ) -> None:
-    tree = make_tree({"main/config.json": hive({"from": ".", "to": "/sink"})})
-    async with ColonyHarness(tree, capture=["/sink"], workdir=tmp_path / "work") as colony:
-        await colony.send("/", user())
-        await colony.settle()
-        root = colony.root
-        live = len(await colony.message_log())
+    root, live = await routed_once(make_tree, tmp_path)
     out = tmp_path / "colony-backup.db"
     done = meclaw("backup", "--root", str(root), str(out))
     assert done.returncode == 0, done.stderr
@@ -102,11 +106,7 @@ def test_a_root_without_colony_db_is_refused_with_the_reason(tmp_path: Path) -> 
 async def test_a_copy_that_cannot_be_written_is_refused_with_the_reason_not_a_bug_report(
     make_tree: TreeFactory, tmp_path: Path
 ) -> None:
-    tree = make_tree({"main/config.json": hive({"from": ".", "to": "/sink"})})
-    async with ColonyHarness(tree, capture=["/sink"], workdir=tmp_path / "work") as colony:
-        await colony.send("/", user())
-        await colony.settle()
-        root = colony.root
+    root, _ = await routed_once(make_tree, tmp_path)
     (tmp_path / "a-file").write_text("", encoding="utf-8")
     for out in ("/proc/no-backups-here.db", str(tmp_path / "a-file" / "x.db")):
         done = meclaw("backup", "--root", str(root), out)
