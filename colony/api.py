@@ -322,13 +322,13 @@ class Api:
 
 
 DOCUMENT_KEY: web.AppKey[dict[str, Any]] = web.AppKey("openapi", dict)
-STOPPING_KEY: web.AppKey[Callable[[], None]] = web.AppKey("stopping", Callable[[], None])
+API_KEY: web.AppKey[Api] = web.AppKey("api", Api)
 
 
 def stopping(app: web.Application) -> None:
     """The daemon was told to stop: ``GET /ready`` answers 503 from now on (the listener
     closes right after; a refused probe reads as not ready too)."""
-    app[STOPPING_KEY]()
+    app[API_KEY].stop_taking()
 
 
 _OPEN = frozenset({"/health", "/ready"})
@@ -451,7 +451,7 @@ def build_app(
 
     app = web.Application(middlewares=[guard, errors], client_max_size=MAX_BODY)
     api = Api(colony, limits)
-    app[STOPPING_KEY] = api.stop_taking
+    app[API_KEY] = api
 
     async def end_streams(app: web.Application) -> None:
         api.stopping = True
