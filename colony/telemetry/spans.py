@@ -85,6 +85,11 @@ class SpanMaker:
         self._routed: OrderedDict[str, tuple[int, int]] = OrderedDict()
         """message id → (span id of the handling that routed it, or _ROOT; its TTL)."""
 
+    def flush(self) -> None:
+        """Export what the processor holds now (blocking: call it off the loop; the
+        benchmark's way to count the export thread's work)."""
+        self._processor.force_flush()
+
     def __call__(self, fx: Effects) -> None:
         handled = fx.handled
         routed = self._routed
