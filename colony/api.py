@@ -52,6 +52,7 @@ from colony.persist.source import Source
 from colony.queries import READS, DrainFilters, EventsFilters, QueryError, parse_http
 from colony.runner import CellState
 from colony.telemetry.context import join as join_trace
+from colony.telemetry.context import unjoin as unjoin_trace
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_BODY = 10 * 1024 * 1024
@@ -212,8 +213,15 @@ class Api:
             raise ApiError(
                 refusal.status, refusal.token, refusal.detail, retry_after=refusal.retry_after_s
             )
-        join_trace(message.trace_id, request.headers.get("traceparent"))  # telemetry off: no-op
-        taken = await self.colony.send(message, key=None if key is None else f"http:{key}")
+        # joined before the send (its hand-off's spans need the link), undone unless taken
+        parent = request.headers.get("traceparent")
+        linked = parent is not None and join_trace(message.trace_id, parent)
+        taken = False
+        try:
+            taken = await self.colony.send(message, key=None if key is None else f"http:{key}")
+        finally:
+            if linked and not taken:
+                unjoin_trace(message.trace_id)
         if not taken:
             return json_response({"duplicate": True, "idempotency_key": key}, status=200)
         return json_response({"message_id": message.id, "trace_id": message.trace_id}, status=202)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,18 @@ _SHARED = {
     "tests/cells/llm/test_transcript_stores.py": "redis",
     "tests/e2e/test_documented_commands.py": "documented-commands",
 }
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_developer_otel_env() -> Iterator[None]:
+    """The developer's ``OTEL_*`` variables stay out of the suite (an exporter they name would
+    turn tracing on in every colony and daemon a test starts): a test that wants telemetry
+    sets its variables itself."""
+    kept = {name: os.environ.pop(name) for name in list(os.environ) if name.startswith("OTEL_")}
+    try:
+        yield
+    finally:
+        os.environ.update(kept)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -9,7 +9,9 @@ output is asked once more; a second empty answer is an ``empty_reply`` error. Ev
 an emission with ``finish_reason: "error"``, the input messages passed through, and
 ``meta.error`` saying where it failed: ``source`` (``translate``, ``wire`` or ``parse``),
 ``detail`` (one line), and for a provider call that failed ``url`` (without password or query
-values), ``status`` and ``upstream_message`` (the provider's own error text). The API key never
+values), ``status`` and ``upstream_message`` (the provider's own error text). Every emission's
+``meta`` names the ``provider`` and the ``request_model`` asked for; ``meta.model`` and hop
+``model`` are the model that answered (telemetry tells them apart). The API key never
 leaves the Authorization header: every quoted text passes through :class:`cells.redact.Redactor`.
 """
 
@@ -201,7 +203,7 @@ class LlmCell:
         for attempt in (1, 2):
             begun = time.perf_counter()
             try:
-                answer = await self._post(url, content, headers, message.trace_id)
+                answer = await self._post(url, content, headers, message.trace_id, params.model)
             except ProviderWireError as failure:
                 extra: dict[str, Any] = {"url": safe_url(url)}
                 if failure.status is not None:
@@ -255,6 +257,7 @@ class LlmCell:
                 "messages": reply.turns,
                 "meta": {
                     "provider": params.provider,
+                    "request_model": params.model,
                     "model": reply.model or params.model,
                     "response_id": reply.response_id,
                     "latency_ms": latency,
@@ -316,7 +319,11 @@ class LlmCell:
             url = dialect.url(params.root, model)
             try:
                 return await self._post(
-                    url, encode(body, sort_keys=params.provider == "openai"), headers, trace_id
+                    url,
+                    encode(body, sort_keys=params.provider == "openai"),
+                    headers,
+                    trace_id,
+                    model,
                 )
             except ProviderWireError as failure:
                 status = failure.status or (408 if failure.code == "timeout" else 502)
@@ -368,7 +375,11 @@ class LlmCell:
             )
             url = dialect.url(params.root, model or params.model)
             answer = await self._post(
-                url, encode(body, sort_keys=params.provider == "openai"), headers, trace_id
+                url,
+                encode(body, sort_keys=params.provider == "openai"),
+                headers,
+                trace_id,
+                model or params.model,
             )
             reply = dialect.parse(answer)
         except TranslateError as exc:
@@ -403,10 +414,12 @@ class LlmCell:
         )
         return out
 
-    async def _post(self, url: str, content: bytes, headers: dict[str, str], trace_id: str) -> Any:
-        """One provider call (:func:`cells.llm.transport.post`, its retries included), its
-        outcome told to ``GET /health``: a failure names the URL, the status and the
-        provider's own error text (redacted), as the error emission does."""
+    async def _post(
+        self, url: str, content: bytes, headers: dict[str, str], trace_id: str, model: str
+    ) -> Any:
+        """One provider call (:func:`cells.llm.transport.post`, its retries included) asking
+        for ``model``, its outcome told to ``GET /health``: a failure names the URL, the
+        status and the provider's own error text (redacted), as the error emission does."""
         params = self.params
         try:
             answer = await post(
@@ -419,6 +432,8 @@ class LlmCell:
                 log=self.log,
                 cell=self.path,
                 trace_id=trace_id,
+                model=model,
+                provider=params.provider,
             )
         except ProviderWireError as failure:
             if self.io is not None:
@@ -447,6 +462,7 @@ class LlmCell:
     ) -> JsonObject:
         meta: JsonObject = {
             "provider": self.params.provider,
+            "request_model": self.params.model,
             "latency_ms": int((time.time() - started) * 1000),
             "started_at": int(started * 1000),
             "error": {"source": source, "detail": self._redact(detail)},

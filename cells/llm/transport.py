@@ -91,12 +91,15 @@ async def post(
     log: Logger | None,
     cell: str,
     trace_id: str,
+    model: str | None = None,
+    provider: str | None = None,
 ) -> Any:
-    """POST and return the parsed JSON of a 2xx answer, or raise :class:`ProviderWireError`."""
+    """POST and return the parsed JSON of a 2xx answer, or raise :class:`ProviderWireError`
+    (``model``, ``provider``: what the request asks, for the LLM-call span)."""
     attempt = 0
     timeout = aiohttp.ClientTimeout(total=attempt_timeout)
     target, headers = _credentials_as_header(url, headers)
-    traceparent = outgoing_traceparent()  # None unless telemetry is on
+    traceparent = outgoing_traceparent(model, provider)  # None unless telemetry is on
     if traceparent is not None:
         headers = {**headers, "traceparent": traceparent}
     while True:

@@ -156,8 +156,9 @@ class TelemetryConfig(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
     """Headers sent with every export (an API key: write ``${VAR}``).
     ``OTEL_EXPORTER_OTLP_HEADERS`` wins."""
-    service_name: str = "colony"
-    """The ``service.name`` resource attribute. ``OTEL_SERVICE_NAME`` wins."""
+    service_name: str | None = None
+    """The ``service.name`` resource attribute; None: ``colony``. ``OTEL_SERVICE_NAME`` (or
+    a ``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES``) wins."""
     sample_ratio: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
     """The share of colony traces recorded (decided on the trace id, so a trace is whole or
     absent); a trace joined from a ``traceparent`` follows the caller's sampled flag.

@@ -19,6 +19,8 @@ from colony.errors import ColonyError
 _ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 _PROTOCOLS = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
 _HEADERS = ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")
+DEFAULT_SERVICE = "colony"
+"""``service.name`` when neither ``colony.json`` nor the environment names one."""
 
 
 class SettingsError(ColonyError, ValueError):
@@ -40,7 +42,9 @@ class Settings:
     headers: dict[str, str] = field(default_factory=dict)
     """From ``colony.json``; empty when the environment sets them."""
     service_name: str | None = None
-    """From ``colony.json``; None when ``OTEL_SERVICE_NAME`` is set (the SDK reads it)."""
+    """From ``colony.json``, else ``colony``; None when the environment names the service
+    (``OTEL_SERVICE_NAME``, or ``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES``: the SDK reads
+    them)."""
     ratio: float = 1.0
     follow_caller: bool = True
     """A trace joined from a ``traceparent`` is recorded iff the caller's was sampled."""
@@ -81,10 +85,18 @@ def resolve(
         protocol=protocol,
         endpoint=None if from_env else base.endpoint,
         headers={} if any(env.get(n) for n in _HEADERS) else dict(base.headers),
-        service_name=None if env.get("OTEL_SERVICE_NAME") else base.service_name,
+        service_name=None if _service_named(env) else base.service_name or DEFAULT_SERVICE,
         ratio=ratio,
         follow_caller=follow,
     )
+
+
+def _service_named(env: Mapping[str, str]) -> bool:
+    """Whether the environment names the service (the SDK then reads it there)."""
+    if env.get("OTEL_SERVICE_NAME", "").strip():
+        return True
+    pairs = env.get("OTEL_RESOURCE_ATTRIBUTES", "").split(",")
+    return any(pair.split("=", 1)[0].strip() == "service.name" for pair in pairs if "=" in pair)
 
 
 def _sampler(env: Mapping[str, str], ratio: float) -> tuple[float, bool]:

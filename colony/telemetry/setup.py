@@ -38,6 +38,9 @@ ExporterFactory = Callable[[Settings], "SpanExporter"]
 _exporters: dict[str, ExporterFactory] = {}
 """Exporters an embedding program (or a test) added by name, for ``OTEL_TRACES_EXPORTER``."""
 
+GRPC_PACKAGE = "opentelemetry-exporter-otlp-proto-grpc"
+"""The OTLP/gRPC exporter: not in the ``otel`` extra (it pulls in grpcio)."""
+
 SCOPE = "colony"
 """The instrumentation scope of every span the colony makes."""
 
@@ -63,6 +66,7 @@ class Tracing:
         spans: SpanMaker,
         settings: Settings,
         log: Logger,
+        sdk_log: _SdkLog | None = None,
     ) -> None:
         self.processor = processor
         self.exporter = exporter
@@ -70,7 +74,7 @@ class Tracing:
         self.settings = settings
         self.log = log
         self._colony: Colony | None = None
-        self._sdk_log = _SdkLog(log)
+        self._sdk_log = _SdkLog(log) if sdk_log is None else sdk_log
         bound = 2**56 if settings.ratio >= 1.0 else int(settings.ratio * 2**56)
         follow = settings.follow_caller
 
@@ -161,9 +165,10 @@ class _SdkLog(logging.Handler):
             return
         level = "error" if record.levelno >= logging.ERROR else "warning"
         with contextlib.suppress(Exception):  # a log line must never break an export
-            getattr(self._log, level)(
-                "telemetry_sdk", logger=record.name, detail=self.format(record)
-            )
+            detail = record.getMessage()
+            if record.exc_info and record.exc_info[1] is not None:  # one line, no traceback
+                detail = f"{detail}: {record.exc_info[1]}"
+            getattr(self._log, level)("telemetry_sdk", logger=record.name, detail=detail)
 
 
 def open_tracing(
@@ -189,18 +194,35 @@ def open_tracing(
         return None
     if settings is None:
         return None
+    sdk_log = _SdkLog(log)
+    sdk_log.hook()  # what the SDK says of bad OTEL_* values while building: log lines
     try:
         processor, exporter, spans = _pipeline(settings)
     except ImportError as exc:
+        sdk_log.unhook()
+        missing = exc.name or "the OpenTelemetry SDK"
+        if settings.protocol == "grpc" and "grpc" in missing:  # not in the otel extra
+            how = (
+                f"install {GRPC_PACKAGE} (pip install {GRPC_PACKAGE}), or export over http/protobuf"
+            )
+        else:
+            how = "install the otel extra (pip install 'colony-daemon[otel]')"
         warn(
             "telemetry_unavailable",
-            f"tracing was asked for but {exc.name or 'the OpenTelemetry SDK'} is not "
-            "installed; install the otel extra (pip install 'colony-daemon[otel]'); the "
-            "colony runs untraced",
+            f"tracing was asked for but {missing} is not installed; {how}; the colony runs "
+            "untraced",
         )
         return None
     except _Unknown as exc:
+        sdk_log.unhook()
         warn("telemetry_off", str(exc))
+        return None
+    except ValueError as exc:  # an OTEL_* value the SDK refuses (OTEL_BSP_SCHEDULE_DELAY=-5)
+        sdk_log.unhook()
+        warn(
+            "telemetry_off",
+            f"the OpenTelemetry SDK refused its settings: {exc}; the colony runs untraced",
+        )
         return None
     log.info(
         "telemetry_on",
@@ -208,7 +230,7 @@ def open_tracing(
         protocol=settings.protocol if settings.exporter == "otlp" else None,
         ratio=settings.ratio,
     )
-    return Tracing(processor, exporter, spans, settings, log)
+    return Tracing(processor, exporter, spans, settings, log, sdk_log)
 
 
 class _Unknown(Exception):

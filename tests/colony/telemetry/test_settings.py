@@ -3,6 +3,7 @@ and the ids a colony trace gets in OpenTelemetry."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from typing import Any
 
@@ -198,3 +199,120 @@ async def test_a_sample_ratio_keeps_that_share_of_colony_traces_each_whole(
         assert all(tracing.decide(t, caller) for t in traces[:50])  # the caller decided
     finally:
         await tracing.close()
+
+
+def test_only_a_canonical_uuid_or_32_lowercase_hex_digits_is_taken_as_the_trace_id() -> None:
+    canonical = "01a2498c-55d3-75fa-b8d3-0942cd4ff081"
+    assert context.derived_trace_id(canonical.replace("-", "")) == uuid.UUID(canonical).int
+    # other spellings of the same digits are other colony traces: hashed, not merged
+    for other in (
+        canonical.upper(),
+        "01a2498c55d3-75fa-b8d3-0942-cd4ff081",  # the dashes elsewhere
+        "01a2498c_55d3_75fa_b8d3_0942cd4ff081",  # int() would take the underscores
+    ):
+        assert context.derived_trace_id(other) != uuid.UUID(canonical).int
+        assert context.derived_trace_id(other) == context.derived_trace_id(other)
+
+
+CALLER = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+OTHER = "00-11111111111111111111111111111111-2222222222222222-01"
+
+
+def _tracing_on() -> context.Decide:
+    def decide(trace_id: int, remote: context.Remote | None) -> bool:
+        return True
+
+    context.register(decide)
+    return decide
+
+
+def test_a_second_traceparent_for_a_joined_trace_is_ignored() -> None:
+    decide = _tracing_on()
+    try:
+        assert context.join("t", CALLER)
+        assert not context.join("t", OTHER)
+        remote = context.remote_of("t")
+        assert remote is not None
+        assert remote.trace_id == 0x4BF92F3577B34DA6A3CE929D0E0E4736
+        context.unjoin("t")  # a refused request's link is undone
+        assert context.remote_of("t") is None
+    finally:
+        context.unregister(decide)
+
+
+def test_the_least_recently_used_caller_link_is_evicted_not_the_first_joined(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(context, "REMOTE_LIMIT", 2)
+    decide = _tracing_on()
+    try:
+        context.join("a", CALLER)
+        context.join("b", CALLER)
+        context.trace_id_of("a")  # trace a is still running: its spans use the link
+        context.join("c", CALLER)
+        assert context.remote_of("a") is not None
+        assert context.remote_of("b") is None
+        assert context.remote_of("c") is not None
+    finally:
+        context.unregister(decide)
+
+
+async def _service_name(config: TelemetryConfig | None) -> object:
+    tracing = open_tracing(config, list_logger([]))
+    assert tracing is not None
+    try:
+        return tracing.spans._resource.attributes["service.name"]
+    finally:
+        await tracing.close()
+
+
+async def test_the_service_name_is_colony_json_s_else_the_environment_s_else_colony(
+    spans: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert await _service_name(None) == "colony"
+    assert await _service_name(_telemetry(service_name="bot")) == "bot"
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=prod,service.name=x")
+    assert await _service_name(None) == "x"
+    assert await _service_name(_telemetry()) == "x"  # a block without a name: not "colony"
+    assert await _service_name(_telemetry(service_name="bot")) == "x"  # the variable wins
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "y")
+    assert await _service_name(_telemetry(service_name="bot")) == "y"
+
+
+def test_grpc_asked_for_without_its_exporter_names_that_package_not_the_otel_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.grpc.trace_exporter", None)
+    records: list[dict[str, Any]] = []
+    said: list[str] = []
+    env = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+    assert open_tracing(None, list_logger(records), say=said.append, env=env) is None
+    [record] = records
+    assert record["event"] == "telemetry_unavailable"
+    assert "pip install opentelemetry-exporter-otlp-proto-grpc" in said[0]
+    assert "otel extra" not in said[0]
+
+
+async def test_otel_values_the_sdk_refuses_end_as_log_lines_not_tracebacks(
+    spans: object, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    records: list[dict[str, Any]] = []
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "many")  # the SDK logs it, and goes on
+    tracing = open_tracing(None, list_logger(records))
+    assert tracing is not None
+    await tracing.close()
+    sdk = [r for r in records if r["event"] == "telemetry_sdk"]
+    assert sdk
+    assert "many" in sdk[0]["detail"]
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "-5")  # the SDK raises
+    records.clear()
+    assert open_tracing(None, list_logger(records)) is None
+    assert [r["event"] for r in records if r["event"] != "telemetry_sdk"] == ["telemetry_off"]
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_the_suite_runs_without_the_developers_otel_variables() -> None:
+    # tests/conftest.py takes them out for the session; a test sets what it wants itself
+    assert [name for name in os.environ if name.startswith("OTEL_")] == []

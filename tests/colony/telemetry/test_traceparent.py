@@ -107,3 +107,24 @@ async def test_without_telemetry_nothing_is_hooked_and_no_traceparent_is_sent(
         assert answer.status_code == 202
         await colony.settle(timeout=30)
         assert [h.get("traceparent") for h in model.headers] == [None]
+
+
+async def test_a_duplicate_post_with_a_traceparent_links_no_trace(
+    spans: InMemorySpanExporter,
+) -> None:
+    from colony.telemetry import context
+
+    script = [text_reply("5.")]
+    async with (
+        ScriptedOpenAI(script) as model,
+        ColonyHarness(TREE, capture=["/sink"], llm_base_url=model.url) as colony,
+        served(colony) as api,
+    ):
+        headers = {"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01", "Idempotency-Key": "k1"}
+        first = await api.client.post("/messages", json=_message(), headers=headers)
+        assert first.status_code == 202
+        again = await api.client.post("/messages", json=_message(), headers=headers)
+        assert again.json()["duplicate"] is True
+        # the taken message's trace is linked; the duplicate's (never run) is not
+        assert list(context._remote) == [first.json()["trace_id"]]
+        await colony.settle(timeout=30)
