@@ -5,13 +5,15 @@ fixtures/trees/tool-loop (an llm cell behind hives, a tool loop) against a scrip
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from colony.telemetry.spans import SpanMaker
 from colony.testing import ColonyHarness, ScriptedOpenAI, text_reply, tool_calls_reply
-from tests.api_client import served
+from tests.api_client import Api, served
 from tests.conftest import FIXTURES
 
 TREE = FIXTURES / "trees" / "tool-loop"
@@ -36,15 +38,22 @@ def _message() -> dict[str, Any]:
     }
 
 
-async def _post(traceparent: str | None) -> tuple[list[dict[str, str]], str]:
-    """POST one question (with ``traceparent`` when given) and run it to its answer; the
-    provider's request headers and the colony trace id."""
-    script = [tool_calls_reply([("call-1", "calc", {"numbers": [2, 3]})]), text_reply("5.")]
+@asynccontextmanager
+async def _bot(script: list[Any]) -> AsyncIterator[tuple[ScriptedOpenAI, ColonyHarness, Api]]:
+    """The tool-loop colony on a scripted model, served over HTTP."""
     async with (
         ScriptedOpenAI(script) as model,
         ColonyHarness(TREE, capture=["/sink"], llm_base_url=model.url) as colony,
         served(colony) as api,
     ):
+        yield model, colony, api
+
+
+async def _post(traceparent: str | None) -> tuple[list[dict[str, str]], str]:
+    """POST one question (with ``traceparent`` when given) and run it to its answer; the
+    provider's request headers and the colony trace id."""
+    script = [tool_calls_reply([("call-1", "calc", {"numbers": [2, 3]})]), text_reply("5.")]
+    async with _bot(script) as (model, colony, api):
         headers = {} if traceparent is None else {"traceparent": traceparent}
         answer = await api.client.post("/messages", json=_message(), headers=headers)
         assert answer.status_code == 202
@@ -95,11 +104,7 @@ async def test_without_telemetry_nothing_is_hooked_and_no_traceparent_is_sent(
     no_otel_env: None,
 ) -> None:
     script = [text_reply("5.")]
-    async with (
-        ScriptedOpenAI(script) as model,
-        ColonyHarness(TREE, capture=["/sink"], llm_base_url=model.url) as colony,
-        served(colony) as api,
-    ):
+    async with _bot(script) as (model, colony, api):
         assert not any(isinstance(tap, SpanMaker) for tap in colony.colony.events.taps)
         assert colony.colony.events.began_hooks == []
         headers = {"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"}
@@ -115,11 +120,7 @@ async def test_a_duplicate_post_with_a_traceparent_links_no_trace(
     from colony.telemetry import context
 
     script = [text_reply("5.")]
-    async with (
-        ScriptedOpenAI(script) as model,
-        ColonyHarness(TREE, capture=["/sink"], llm_base_url=model.url) as colony,
-        served(colony) as api,
-    ):
+    async with _bot(script) as (_model, colony, api):
         headers = {"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01", "Idempotency-Key": "k1"}
         first = await api.client.post("/messages", json=_message(), headers=headers)
         assert first.status_code == 202
