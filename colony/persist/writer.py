@@ -256,6 +256,10 @@ class Writer:
     def _rows(self) -> Rows:
         return Rows()
 
+    def _end(self) -> None:
+        """Commit the batch's transaction."""
+        self.conn.execute("COMMIT")
+
     def _trouble(self, exc: BaseException) -> bool:
         return storage_trouble(exc)
 
@@ -273,7 +277,7 @@ class Writer:
         rows.write(conn)
         if any(isinstance(piece, Commit) for piece in work):
             crash_point("journal.commit")
-        conn.execute("COMMIT")
+        self._end()
         return len(rows.logs) + len(rows.letters), len(rows.inserts) + rows.dropped
 
     def _linger(self, conn: sqlite3.Connection, rows: Rows, work: list[Piece]) -> None:
@@ -365,7 +369,7 @@ class Writer:
                 conn.execute("RELEASE piece")
                 counts[0] += len(rows.logs) + len(rows.letters)
                 counts[1] += len(rows.inserts) + rows.dropped
-            conn.execute("COMMIT")
+            self._end()
         except Exception as exc:
             self._rollback()
             if self._trouble(exc):

@@ -31,7 +31,7 @@ from colony.envelope import Envelope
 from colony.persist.escape import storable_text
 from colony.persist.items import Commit, Execute, Piece, Unit
 from colony.persist.pg import schema
-from colony.persist.rows import Rows
+from colony.persist.rows import Rows, describe
 from colony.persist.schema import (
     HANDLING_COLUMNS,
     HANDLING_SELECT,
@@ -42,6 +42,16 @@ from colony.persist.writer import UnitFenced, Writer
 
 CLAIM_CHANNEL = "colony_claim"
 """LISTEN/NOTIFY channel: the payload is a partition that has unclaimed journal rows."""
+
+_FENCE = (
+    "SELECT x.xid, p.partition, p.epoch FROM (SELECT txid_current() AS xid) x "
+    "LEFT JOIN LATERAL (SELECT partition, epoch FROM cluster_partitions WHERE owner = %s "
+    "FOR SHARE) p ON TRUE"
+)
+"""The fence's read (every partition this node owns, share-locked) and, in the same round
+trip, the transaction's id, to ask after a COMMIT whose answer was lost."""
+
+_STATUS = "SELECT txid_status(%s)"
 
 
 def fence_pairs(unit: Unit) -> set[tuple[int, int]]:
@@ -223,6 +233,8 @@ class PgWriter(Writer):
         share lock, and with it its partitions, for as long as the pause lasts."""
         super().__init__(None, items)
         self._epochs: dict[int, int] = {}
+        self._xid: int | None = None
+        """The id of the transaction in progress (see :meth:`_landed`)."""
 
     def _event(self, name: str, **fields: Any) -> None:
         clean = {k: scrub(v, self.dsn) if isinstance(v, str) else v for k, v in fields.items()}
@@ -243,12 +255,41 @@ class PgWriter(Writer):
     def _begin(self) -> None:
         conn = self._connection()
         conn.execute("BEGIN")
-        self._epochs = dict(
-            conn.execute(
-                "SELECT partition, epoch FROM cluster_partitions WHERE owner = %s FOR SHARE",
-                (self.node,),
-            ).fetchall()
-        )
+        rows = conn.execute(_FENCE, (self.node,)).fetchall()
+        self._xid = int(rows[0][0])
+        self._epochs = {partition: epoch for _, partition, epoch in rows if partition is not None}
+
+    def _end(self) -> None:
+        xid, self._xid = self._xid, None
+        try:
+            self.conn.execute("COMMIT")
+        except Exception as exc:
+            if xid is None or not pg_trouble(exc) or not self._landed(xid):
+                raise
+            self._event(
+                "commit_answer_lost",
+                error=describe(exc),
+                detail="the connection failed while committing and the transaction turned out "
+                "committed; it is not applied a second time",
+            )
+
+    def _landed(self, xid: int) -> bool:
+        """Whether the transaction ``xid``, whose COMMIT got no answer, committed: the server
+        may have carried it out before the session ended (a session ended by a node taking
+        over, a network cut), and applying the batch again would journal every delivery
+        twice. Asked on a new session; while the old one may still be finishing it, asked
+        again, for as long as the server lets a session idle in a transaction. False when
+        the server cannot tell now (the batch is retried, as before)."""
+        deadline = time.monotonic() + self.idle_timeout_ms / 1000 + 1
+        while True:
+            try:
+                row = self._connection().execute(_STATUS, (xid,)).fetchone()
+            except Exception:
+                return False
+            status = None if row is None else row[0]
+            if status != "in progress" or time.monotonic() >= deadline:
+                return status == "committed"
+            time.sleep(0.05)
 
     def _rows(self) -> Rows:
         return PgRows(self._epochs)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import psycopg
 import pytest
@@ -412,3 +413,46 @@ async def test_a_nul_in_a_path_is_stored_escaped_not_refused(pg_schema: PgSchema
             Unit(deliveries=[Delivery("/cell", m, "/")], logs=[LogRow(m, "/", "/a\x00b", 5)])
         )
     assert select(pg_schema, "SELECT to_path FROM message_log") == [("/a\\u0000b",)]
+
+
+class _CommitAnswerLost:
+    """The writer's connection, whose next COMMIT is lost on the way back (``lands``: the
+    server carried it out first) and the session ended, as when another node takes over and
+    ends this node's sessions in the middle of a commit."""
+
+    def __init__(self, conn: Any, *, lands: bool) -> None:
+        self._conn = conn
+        self._lands = lands
+        self.armed = True
+
+    def execute(self, sql: Any, *args: Any, **kw: Any) -> Any:
+        if self.armed and sql == "COMMIT":
+            self.armed = False
+            if self._lands:
+                self._conn.execute(sql)
+            self._conn.close()
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return self._conn.execute(sql, *args, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+@pytest.mark.parametrize("lands", [True, False], ids=["committed", "not committed"])
+async def test_a_commit_whose_answer_is_lost_is_applied_once(
+    pg_schema: PgSchema, lands: bool
+) -> None:
+    events: list[str] = []
+    async with node(pg_schema, "a") as (db, owner):
+        db.listen(lambda name, _fields: events.append(name))
+        await owner.tick()
+        await db.commit(delivery(message(0, owner.owned[0], "warm")))
+        writer = db._writer
+        writer.conn = _CommitAnswerLost(writer.conn, lands=lands)
+        once = message(0, owner.owned[0], "once")
+        await asyncio.wait_for(db.commit(delivery(once)), 10)
+        assert select(pg_schema, f"SELECT count(*) FROM journal WHERE id = '{once.id}'") == [(1,)]
+        assert select(pg_schema, f"SELECT count(*) FROM message_log WHERE id = '{once.id}'") == [
+            (1,)
+        ]
+        assert ("commit_answer_lost" in events) is lands
