@@ -96,9 +96,18 @@ def state(cluster: Cluster, turns: list[str]) -> str:
         "SELECT partition, owner, epoch, expires_at > now() FROM cluster_partitions ORDER BY 1"
     )
     alive = {n.name: n.alive for n in cluster.nodes.values()}
+    missing = sorted(set(turns) - answered)
+    # A conversation that ended without an answer and without a journal row was parked by the
+    # collector: a doubled assistant row (the guarded update then claims 2 rows, not 1) or a
+    # store error. Its thread tells which.
+    threads = cluster.select(
+        'SELECT turn_id, iter, role, fired, count(*) FROM "/store:thread" '
+        f"WHERE turn_id = ANY(ARRAY{missing or ['']}) GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3"
+    )
+    letters = cluster.select("SELECT error_code, count(*) FROM dead_letters GROUP BY 1")
     return (
-        f"unanswered {sorted(set(turns) - answered)}; journal {journal}; partitions {owners}; "
-        f"alive {alive}"
+        f"unanswered {missing}; journal {journal}; partitions {owners}; alive {alive}; "
+        f"their thread rows (turn, iter, role, fired, copies) {threads}; dead letters {letters}"
     )
 
 
