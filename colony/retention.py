@@ -14,7 +14,6 @@ transaction per batch (on a running colony SQLite serialises it with the daemon'
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
@@ -25,6 +24,7 @@ from colony.ids import now_ms
 from colony.observability import Logger
 from colony.persist import prune
 from colony.persist.backend import Backend
+from colony.persist.db import completion
 from colony.persist.source import Source, postgres_sql
 
 BATCH_MAX = 900
@@ -125,20 +125,7 @@ def through_writer(db: Backend) -> Delete:
     async def delete(target: prune.Prunable, keys: list[Any]) -> int:
         sql, args = delete_statement(target, keys)
         sql = _sql(dialect, sql)
-        loop = asyncio.get_running_loop()
-        committed: asyncio.Future[None] = loop.create_future()
-
-        def done(error: BaseException | None) -> None:
-            def settle() -> None:
-                if committed.done():
-                    return
-                if error is None:
-                    committed.set_result(None)
-                else:
-                    committed.set_exception(error)
-
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(settle)
+        committed, done = completion()  # settled by the writer once it committed
 
         def work(conn: Any) -> int:
             return int(conn.execute(sql, args).rowcount)

@@ -76,7 +76,7 @@ def _result() -> tuple[asyncio.Future[Any], Callable[[Any, BaseException | None]
     return future, done
 
 
-def _completion() -> tuple[asyncio.Future[None], Callable[[BaseException | None], None]]:
+def completion() -> tuple[asyncio.Future[None], Callable[[BaseException | None], None]]:
     """A future of the running loop, and the callback the writer thread calls to settle it."""
     future, done = _result()
     return future, lambda error: done(None, error)
@@ -209,7 +209,7 @@ class ColonyDb:
         unavailable. Never raises: reads after it see what is committed."""
         if not self._thread.is_alive():
             return
-        future, done = _completion()
+        future, done = completion()
         self._queue.put(Fence(done))
         await future
 
@@ -221,7 +221,7 @@ class ColonyDb:
         while the storage refuses writes; any other unit waits until it can be written."""
         if not self._thread.is_alive():
             raise StorageUnavailable("colony.db is closed")
-        future, done = _completion()
+        future, done = completion()
         self._queue.put(Commit(unit, done))
         await future
 

@@ -21,7 +21,7 @@ import psycopg
 from colony.dead_letters import DeadLetter
 from colony.effects import Handled, LogRow
 from colony.envelope import Envelope
-from colony.persist.db import DbStatistics, _completion, _ignore, _result
+from colony.persist.db import DbStatistics, _ignore, _result, completion
 from colony.persist.items import Commit, Execute, Fence, Forget, Item, Registry, Stop, Unit
 from colony.persist.pg import schema
 from colony.persist.pg.writer import PgWriter, scrub
@@ -117,7 +117,7 @@ class PgDb:
     async def flush(self) -> None:
         if not self._thread.is_alive():
             return
-        future, done = _completion()
+        future, done = completion()
         self._queue.put(Fence(done))
         await future
 
@@ -127,7 +127,7 @@ class PgDb:
         ownership of its partition that has ended."""
         if not self._thread.is_alive():
             raise StorageUnavailable("the cluster database is closed")
-        future, done = _completion()
+        future, done = completion()
         self._queue.put(Commit(unit, done))
         await future
 
