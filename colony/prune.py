@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from colony.config.diagnostics import Diagnostic, has_errors
-from colony.config.loader import load_colony_config
+from colony.config.loader import colony_config_of
 from colony.config.models import RetentionConfig
-from colony.config.substitute import EnvFileError, Variables, load_env_file
 from colony.errors import ColonyError
 from colony.ids import now_ms
 from colony.persist import prune
@@ -42,12 +41,8 @@ class Pruned:
 
 def retention_of(root: Path) -> RetentionConfig:
     """``<root>/colony.json`` ``retention`` (the defaults without the file)."""
-    try:
-        values = load_env_file(root / ".env")
-    except EnvFileError:
-        values = {}
     problems: list[Diagnostic] = []
-    config = load_colony_config(root, problems, Variables(values))
+    config = colony_config_of(root, problems)
     if config is None or has_errors(problems):
         raise PruneError(
             f"{root / 'colony.json'} is invalid, so its retention is unknown; run "

@@ -716,12 +716,21 @@ def cluster_of(root: Path, env_file: Path | None = None) -> ClusterConfig | None
     operator commands that read the colony's database: the cluster's when there is one. None
     without a block, or when colony.json cannot be read (the command then reads colony.db and
     says so if there is none; ``--validate`` names what is wrong)."""
+    colony = colony_config_of(root, [], env_file)
+    return None if colony is None else colony.cluster
+
+
+def colony_config_of(
+    root: Path, problems: list[Diagnostic], env_file: Path | None = None
+) -> ColonyConfig | None:
+    """``<root>/colony.json`` with ``${VAR}`` resolved as at boot (from ``env_file``, default
+    ``<root>/.env``; an unreadable one counts as empty), for operator commands that need one
+    of its blocks; what is wrong goes to ``problems``."""
     try:
         file_values = load_env_file(env_file if env_file is not None else root / ".env")
     except EnvFileError:
         file_values = {}
-    colony = load_colony_config(root, [], Variables(file_values))
-    return None if colony is None else colony.cluster
+    return load_colony_config(root, problems, Variables(file_values))
 
 
 def load_tree(
