@@ -18,10 +18,13 @@ BUILTIN_CELL_TYPES: frozenset[str] = frozenset(
     {
         "bash",
         "code",
+        "edit",
         "file",
         "llm",
+        "mcp",
         "proxy",
         "store",
+        "subcolony",
         "timer",
         "web_fetch",
         "web_search",
@@ -37,14 +40,30 @@ def implemented_cell_types() -> dict[str, CellType]:
     """
     from cells.bash import BASH
     from cells.code import CODE
+    from cells.edit import EDIT
     from cells.file import FILE
     from cells.llm import LLM
+    from cells.mcp import MCP
     from cells.proxy import PROXY
     from cells.store import STORE
+    from cells.subcolony import SUBCOLONY
     from cells.timer import TIMER
     from cells.web import WEB_FETCH, WEB_SEARCH
 
-    kinds = (BASH, CODE, FILE, LLM, PROXY, STORE, TIMER, WEB_FETCH, WEB_SEARCH)
+    kinds = (
+        BASH,
+        CODE,
+        EDIT,
+        FILE,
+        LLM,
+        MCP,
+        PROXY,
+        STORE,
+        SUBCOLONY,
+        TIMER,
+        WEB_FETCH,
+        WEB_SEARCH,
+    )
     return {cell_type.name: cell_type for cell_type in kinds}
 
 

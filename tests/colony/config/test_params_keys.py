@@ -35,10 +35,13 @@ def valid_params(cell_type: str, tmp_path: Path) -> dict[str, Any]:
     every: dict[str, dict[str, Any]] = {
         "bash": {},
         "code": {"runner": "python3", "script_inline": "print('[]')"},
+        "edit": {"base_path": str(tmp_path)},
         "file": {"base_path": str(tmp_path)},
         "llm": {"model": "m"},
+        "mcp": {"transport": "stdio", "command": "true"},
         "proxy": {"bot_token": "123:abc", "emit_to": "/x"},
         "store": {"schema": {"t": {"c": "text"}}},
+        "subcolony": {"root": str(tmp_path)},
         "timer": {},
         "web_fetch": {},
         "web_search": {"endpoint": "http://127.0.0.1:9/search"},

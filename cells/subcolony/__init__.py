@@ -1,0 +1,13 @@
+"""The ``subcolony`` cell type (placeholder: the real one replaces this module)."""
+
+from __future__ import annotations
+
+from colony.cell import Cell, CellClass, CellSpec, CellType
+from colony.errors import BootError
+
+
+def _not_built(spec: CellSpec) -> Cell:
+    raise BootError([f"{spec.path}: the subcolony cell type is not built yet"])
+
+
+SUBCOLONY = CellType("subcolony", CellClass.LONG_RUNNING, _not_built)
