@@ -2,8 +2,11 @@
 
 Hives become clusters (nested as on disk) with one round node standing for the hive itself,
 because edges leave and enter a hive by its own path (``"from": "."``). Cells are boxes labelled
-with their name and type; each edge is labelled with its condition and what its modifier does,
-so the picture answers "why did this message go there" without opening the JSON.
+with their name and type; the two that reach past the tree are drawn apart: an ``mcp`` cell as a
+component naming its transport, a ``subcolony`` as a 3-D box naming its child colony's folder
+(the child stays opaque, as it is at run time). Each edge is labelled with its condition and
+what its modifier does, so the picture answers "why did this message go there" without opening
+the JSON.
 
 The picture is drawn from the tree as loaded, never from a running colony, and a ``${VAR}``
 without a value does not stop it: a topology's README can show its picture before anyone has
@@ -19,7 +22,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from colony.config.loader import ColonyTree, EdgeDecl, LoadResult, load_tree
+from colony.config.loader import CellNode, ColonyTree, EdgeDecl, LoadResult, load_tree
 from colony.errors import ColonyError
 from colony.paths import ROOT, parent
 
@@ -70,6 +73,26 @@ def _edge_label(edge: EdgeDecl) -> str:
     return "\n".join(lines)
 
 
+def _cell_attributes(path: str, node: CellNode) -> str:
+    """A cell's node attributes: its name and type, plus what an outside-reaching type talks to."""
+    lines = [_name(path), node.type]
+    shape = ""
+    params = node.config.params if isinstance(node.config.params, dict) else {}
+    if node.type == "mcp":
+        transport = params.get("transport")
+        if not isinstance(transport, str):
+            transport = "stdio" if "command" in params else "http"
+        lines.append(f"MCP over {transport}")
+        shape = "component"
+    elif node.type == "subcolony":
+        root = params.get("root")
+        if isinstance(root, str) and root.strip("/"):
+            lines.append(f"child colony: {root.rstrip('/').rsplit('/', 1)[-1]}")
+        shape = "box3d"
+    label = f"label={_quote(chr(10).join(lines))}"
+    return f"shape={shape}, {label}" if shape else label
+
+
 def to_dot(tree: ColonyTree) -> str:
     """The DOT text of ``tree``; stable for a given tree (children sorted by path)."""
     children: dict[str, list[str]] = {}
@@ -92,8 +115,8 @@ def to_dot(tree: ColonyTree) -> str:
             if child in tree.hives:
                 hive(child, depth + 1)
             else:
-                label = f"{_name(child)}\n{tree.cells[child].type}"
-                out.append(f"{pad}{_INDENT}{_quote(child)} [label={_quote(label)}];")
+                attributes = _cell_attributes(child, tree.cells[child])
+                out.append(f"{pad}{_INDENT}{_quote(child)} [{attributes}];")
         out.append(f"{pad}}}")
 
     roots = [ROOT] if ROOT in tree.hives else sorted(children.get(ROOT, []))
@@ -101,8 +124,7 @@ def to_dot(tree: ColonyTree) -> str:
         if top in tree.hives:
             hive(top, 1)
         else:
-            label = f"{_name(top)}\n{tree.cells[top].type}"
-            out.append(f"{_INDENT}{_quote(top)} [label={_quote(label)}];")
+            out.append(f"{_INDENT}{_quote(top)} [{_cell_attributes(top, tree.cells[top])}];")
     declared = {*tree.hives, *tree.cells}
     for path in sorted({e.from_path for e in tree.edges} | {e.to_path for e in tree.edges}):
         if path not in declared:  # a /colony endpoint, or a cell the tree does not hold

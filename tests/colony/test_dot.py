@@ -96,6 +96,30 @@ def test_the_picture_needs_no_variables_and_never_prints_a_value(make_tree: Tree
     assert picture(root) == dot
 
 
+def test_mcp_and_subcolony_cells_are_drawn_apart_naming_what_they_reach(
+    make_tree: TreeFactory, tmp_path: Path
+) -> None:
+    root = make_tree(
+        {
+            "main/config.json": hive(
+                {"from": "./search", "to": "./child"}, {"from": "./child", "to": "./fix"}
+            ),
+            "main/search/config.json": cell("mcp", {"command": "${MCP_SERVER}"}),
+            "main/remote/config.json": cell(
+                "mcp", {"transport": "streamable_http", "endpoint": "${MCP_URL}"}
+            ),
+            "main/child/config.json": cell("subcolony", {"root": "${HOME}/colonies/echo/"}),
+            "main/fix/config.json": cell("edit", {"base_path": str(tmp_path)}),
+        }
+    )
+    dot = picture(root)
+    assert '"/search" [shape=component, label="search\\nmcp\\nMCP over stdio"];' in dot
+    assert '"/remote" [shape=component, label="remote\\nmcp\\nMCP over streamable_http"];' in dot
+    assert '"/child" [shape=box3d, label="child\\nsubcolony\\nchild colony: echo"];' in dot
+    assert '"/fix" [label="fix\\nedit"];' in dot
+    assert '"/search" -> "/child";' in dot
+
+
 def test_double_quotes_in_a_condition_are_escaped(make_tree: TreeFactory) -> None:
     root = make_tree(
         {
