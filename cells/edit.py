@@ -116,8 +116,8 @@ def _parse_args(args: JsonObject) -> _EditCall:
 # -- the edit itself (pure) -------------------------------------------------------------------
 
 
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
+def _plural(count: int, noun: str, nouns: str = "") -> str:
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"
 
 
 def _quoted(text: str) -> str:
@@ -141,8 +141,8 @@ def find_replace(text: str, call: _EditCall) -> tuple[str, int, str]:
     if call.expected is not None and call.expected != count:
         raise OpError(
             "unexpected_match_count",
-            f"expected {_plural(call.expected, 'match')} of {_quoted(call.find)} in {call.path}, "
-            f"found {count}; the file is unchanged",
+            f"expected {_plural(call.expected, 'match', 'matches')} of {_quoted(call.find)} in "
+            f"{call.path}, found {count}; the file is unchanged",
         )
     status = f"{_plural(count, 'occurrence')} replaced in {call.path}"
     return text.replace(call.find, call.replace), count, status

@@ -19,17 +19,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from cells.boundary import DIR_FLAGS as _DIR_FLAGS
-from cells.boundary import BasePathParams, check_base
-from cells.boundary import OpError as _FileOpError
+from cells.boundary import BasePathParams, OpError, check_base, resolve
 from cells.boundary import failure as _failure
 from cells.boundary import open_under as _open_under
-from cells.boundary import resolve as _resolve
 from cells.text import dumps_sorted
 from cells.toolcall import ToolCallError, parse_tool_call, tool_error, tool_result
 from colony.cell import CellClass, CellSpec, CellType, Emission, pydantic_check
 from colony.envelope import Envelope, JsonObject
 
 __all__ = ["FILE", "FileCell", "FileParams", "check_base"]
+
+_FileOpError = OpError
+_resolve = resolve
+"""Looked up when a call runs, so a test can race the check (tests/security)."""
 
 _OPS = ("read", "write", "list", "stat")
 _READ_ONLY_ARGS = ("mode", "offset", "limit")
