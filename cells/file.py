@@ -3,87 +3,42 @@
 Stateless: up to ``max_concurrency`` calls at once; each does its file I/O in a worker thread
 (``asyncio.to_thread``), so a large file never stalls the event loop.
 
-The boundary is checked in two stages, and every way out gives the same answer —
-``path_outside_boundary`` — whether or not the target exists, so the cell is no oracle for
-the file system around the base:
-
-1. lexically, before the file system is touched: absolute paths are ``invalid_input``, and a
-   ``..`` that climbs above the base is refused;
-2. on the real path: the path (for a write, its parent) is resolved through every symlink that
-   exists, and the result must lie under the resolved base. A symlink pointing out is refused
-   whether or not its target exists.
-
-The checked path is then opened one component at a time from the base, each with
-``O_NOFOLLOW`` relative to the folder before it, so swapping any component — a folder in the
-middle as well as the last name — for a symlink between the check and the open fails instead of
-escaping.
+The boundary (:mod:`cells.boundary`, shared with the ``edit`` cell) is checked lexically, then
+on the real path, and the checked path is opened by an ``O_NOFOLLOW`` walk from the base; every
+way out answers ``path_outside_boundary`` alike, whether or not the target exists.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import errno
 import os
 import stat
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic_core import PydanticCustomError
-
+from cells.boundary import DIR_FLAGS as _DIR_FLAGS
+from cells.boundary import BasePathParams, OpError, check_base, resolve
+from cells.boundary import failure as _failure
+from cells.boundary import open_under as _open_under
 from cells.text import dumps_sorted
 from cells.toolcall import ToolCallError, parse_tool_call, tool_error, tool_result
-from colony.cell import CellClass, CellSpec, CellType, Emission, ParamProblem, pydantic_check
+from colony.cell import CellClass, CellSpec, CellType, Emission, pydantic_check
 from colony.envelope import Envelope, JsonObject
 
-__all__ = ["FILE", "FileCell", "FileParams"]
+__all__ = ["FILE", "FileCell", "FileParams", "check_base"]
+
+_FileOpError = OpError
+_resolve = resolve
+"""Looked up when a call runs, so a test can race the check (tests/security)."""
 
 _OPS = ("read", "write", "list", "stat")
 _READ_ONLY_ARGS = ("mode", "offset", "limit")
-_OUTSIDE = "path resolves outside base_path boundary"
 
 
-class FileParams(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
-
-    base_path: str
-    """Absolute path of an existing directory; every call's path is relative to it."""
-    max_concurrency: Annotated[int, Field(ge=1)] = 8
-
-    @field_validator("base_path")
-    @classmethod
-    def _absolute(cls, value: str) -> str:
-        if not os.path.isabs(value):
-            raise PydanticCustomError(
-                "base_path_relative", "base_path must be absolute, got {value}", {"value": value}
-            )
-        return value
-
-
-def check_base(params: FileParams, folder: Path | None) -> list[ParamProblem]:
-    """The base must exist as a directory (checked by ``--validate``, not on the first call)."""
-    if os.path.isdir(params.base_path):
-        return []
-    what = "is not a directory" if os.path.exists(params.base_path) else "does not exist"
-    return [
-        ParamProblem(
-            ("base_path",),
-            "base_path_missing",
-            f"base_path {params.base_path} {what}",
-            "create the directory, or point base_path at an existing one.",
-        )
-    ]
-
-
-class _FileOpError(Exception):
-    """A call that ends in an error reply."""
-
-    def __init__(self, code: str, text: str) -> None:
-        super().__init__(text)
-        self.code = code
+class FileParams(BasePathParams):
+    """``base_path`` and ``max_concurrency``; nothing of the file cell's own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,65 +97,7 @@ def _parse_args(args: JsonObject) -> _FileCall:
     return _FileCall(op, path, base64=mode == "base64", offset=offset, limit=limit)
 
 
-# -- the boundary -----------------------------------------------------------------------------
-
-
-def _climbs_out(relative: str) -> bool:
-    """Whether a ``..`` takes ``relative`` above its start, read without the file system."""
-    depth = 0
-    for part in relative.split("/"):
-        if part == "..":
-            depth -= 1
-            if depth < 0:
-                return True
-        elif part not in ("", "."):
-            depth += 1
-    return False
-
-
-def _inside(path: str, base: str) -> bool:
-    return path == base or path.startswith(base.rstrip("/") + "/")
-
-
-def _resolve(base: str, relative: str, *, for_write: bool) -> str:
-    """The real path ``relative`` names under ``base``; raises :class:`_FileOpError`."""
-    if os.path.isabs(relative):
-        raise _FileOpError("invalid_input", "path must be relative, not absolute")
-    if _climbs_out(relative):
-        raise _FileOpError("path_outside_boundary", _OUTSIDE)
-    joined = os.path.join(base, relative)
-    if not for_write:
-        real = os.path.realpath(joined)
-        if not _inside(real, base):
-            raise _FileOpError("path_outside_boundary", _OUTSIDE)
-        return real
-    head, name = os.path.split(joined.rstrip("/") if joined != "/" else joined)
-    parent = os.path.realpath(head)
-    if not _inside(parent, base):
-        raise _FileOpError("path_outside_boundary", _OUTSIDE)
-    target = os.path.join(parent, name)
-    if os.path.islink(target):  # a link inside the base may still point out of it
-        real = os.path.realpath(target)
-        if not _inside(real, base):
-            raise _FileOpError("path_outside_boundary", _OUTSIDE)
-        return real
-    return target
-
-
 # -- the operations (run in a worker thread) --------------------------------------------------
-
-
-def _failure(exc: OSError, relative: str) -> _FileOpError:
-    if exc.errno == errno.ENOENT:
-        return _FileOpError("not_found", f"path not found: {relative}")
-    if exc.errno == errno.ENOTDIR:
-        return _FileOpError("not_a_directory", f"a parent of {relative} is not a directory")
-    if exc.errno == errno.EISDIR:
-        return _FileOpError("not_a_file", f"{relative} is a directory")
-    if exc.errno == errno.ELOOP:
-        return _FileOpError("io_error", f"{relative}: too many levels of symbolic links")
-    reason = os.strerror(exc.errno) if exc.errno else str(exc)
-    return _FileOpError("io_error", f"{relative}: {reason.lower()}")
 
 
 def _kind(mode: int) -> str:
@@ -211,27 +108,6 @@ def _kind(mode: int) -> str:
     if stat.S_ISREG(mode):
         return "file"
     return "other"
-
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def _open_under(base: str, real: str, flags: int, mode: int = 0o666) -> int:
-    """Open ``real`` (a checked path under ``base``) one component at a time, never following
-    a link: a folder swapped for a link out between the check and the open fails (``ELOOP``
-    or ``ENOTDIR``) instead of being followed."""
-    parts = [p for p in os.path.relpath(real, base).split(os.sep) if p not in ("", ".")]
-    fd = os.open(base, _DIR_FLAGS)
-    try:
-        for part in parts[:-1]:
-            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-        if not parts:
-            return os.dup(fd) if flags & os.O_DIRECTORY else os.open(".", flags, dir_fd=fd)
-        return os.open(parts[-1], flags | os.O_NOFOLLOW, mode, dir_fd=fd)
-    finally:
-        os.close(fd)
 
 
 def _read(base: str, real: str, call: _FileCall) -> tuple[str, int]:
