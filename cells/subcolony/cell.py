@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from cells.cellfile import ParamsOverlay, QueryTimeoutError, bounded, open_cell_db
-from cells.subcolony.child import PROTOCOL, BootFailedError, Child, Launch
+from cells.subcolony.child import PROTOCOL, BootFailedError, ChildColony, Launch
 from cells.subcolony.params import (
     RESERVED_CONTEXT_KEY,
     SubcolonyParams,
@@ -93,7 +93,7 @@ class SubcolonyCell:
             self.conn.close()
             raise
         self.io = None if spec.io is None else spec.io.task(spec.path, "subcolony_child")
-        self.child: Child | None = None
+        self.child: ChildColony | None = None
         self.ready = asyncio.Event()
         """Set once the boot ended, ready or not."""
         self.unusable: tuple[str, str] | None = None
@@ -155,7 +155,7 @@ class SubcolonyCell:
                 raise BootFailedError(
                     "subcolony_unavailable", f"root {self.root} is not an existing directory"
                 )
-            child = await Child.start(
+            child = await ChildColony.start(
                 self.launch(), self.params.boot_timeout_ms / 1000, self._child_log
             )
         except BootFailedError as failure:

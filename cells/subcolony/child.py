@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PROTOCOL", "BootFailedError", "Child", "Launch"]
+__all__ = ["PROTOCOL", "BootFailedError", "ChildColony", "Launch"]
 
 PROTOCOL = 1
 """The stdio wire's protocol integer (``v``), asserted on the ``ready`` frame."""
@@ -47,7 +47,7 @@ class Launch:
     cwd: Path
 
 
-class Child:
+class ChildColony:
     """One running child colony."""
 
     def __init__(self, proc: asyncio.subprocess.Process, on_log: Callable[[str], None]) -> None:
@@ -62,7 +62,7 @@ class Child:
     @classmethod
     async def start(
         cls, launch: Launch, boot_timeout_s: float, on_log: Callable[[str], None]
-    ) -> Child:
+    ) -> ChildColony:
         """A child that said ``ready`` (protocol checked); raises :class:`BootFailedError`."""
         try:
             proc = await asyncio.create_subprocess_exec(

@@ -46,4 +46,7 @@ for line in sys.stdin:
     print(json.dumps({**out, "body": {"messages": [reply]}}), flush=True)
     if said == "shout":
         aside = {"origin": "assistant", "type": "text", "text": "unasked"}
-        print(json.dumps({"v": 1, "type": "message", "context": {}, "body": {"messages": [aside]}}), flush=True)
+        print(
+            json.dumps({"v": 1, "type": "message", "context": {}, "body": {"messages": [aside]}}),
+            flush=True,
+        )

@@ -57,9 +57,10 @@ def seen(message: Any) -> dict[str, Any]:
     return result
 
 
-async def until(predicate: Any, timeout: float = 10) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
+async def until(predicate: Any, within: float = 10) -> None:
+    """Poll ``predicate``: a restart and a child's own frame leave no event to await."""
+    async with asyncio.timeout(within):
+        while not predicate():  # noqa: ASYNC110
             await asyncio.sleep(0.05)
 
 
@@ -327,7 +328,8 @@ def test_validate_refuses_turn_id_as_a_context_in_target(
     params = {"root": str(tmp_path), "context_in": {"user_id": "turn_id"}}
     [(severity, _, message)] = validated(make_tree, params)
     assert severity is Severity.ERROR
-    assert "turn_id" in message and "user_id" in message
+    assert "turn_id" in message
+    assert "user_id" in message
 
 
 def test_validate_warns_about_a_misspelt_param_with_the_likely_one(
@@ -348,4 +350,5 @@ def test_validate_warns_about_a_misspelt_param_with_the_likely_one(
     )
     [finding] = result.diagnostics
     assert (finding.severity, finding.code) == (Severity.WARNING, "unknown_param")
-    assert finding.hint is not None and "request_timeout_ms" in finding.hint
+    assert finding.hint is not None
+    assert "request_timeout_ms" in finding.hint
