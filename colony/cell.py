@@ -172,6 +172,11 @@ class CellType:
     when the cell sets none): an llm call retried to its limit must end in its own typed
     ``timeout``, not in the colony's backstop."""
     options: dict[str, Any] = field(default_factory=dict)
+    handles_concurrently: bool = False
+    """Long-running: ``handle()`` calls overlap, up to ``params.max_concurrency`` (else
+    ``default_max_concurrency``), each settled as it ends; a crash answers its message without
+    restarting the instance. For a cell whose handling waits on its I/O loop (a request to a
+    child process), so one slow request does not hold the others back."""
     checks_own_emits: bool = False
     """The cell type checks its emissions against ``contract.emits`` itself (the code cell
     turns a violation into its own error emission), so the colony does not check them again

@@ -16,7 +16,11 @@ failure (``cell_start_failed``, ``cell_io_crashed``, with the traceback).
   ``idle_timeout_ms`` without messages (``cell.timeout`` 0), after every message (> 0), or
   never (-1);
 * stateless: up to ``params.max_concurrency`` messages at once, one shared instance;
-* long-running: built at boot; its ``run(ctx)`` I/O loop runs beside the message handler.
+* long-running: built at boot; its ``run(ctx)`` I/O loop runs beside the message handler
+  (one message at a time, or overlapping when the type says ``handles_concurrently``). When
+  the I/O loop raises, the messages in hand are settled first (at most
+  :data:`HANDLER_GRACE_S`), so what a cell answered while its I/O failed is not lost to the
+  restart.
 """
 
 from __future__ import annotations
@@ -118,6 +122,11 @@ a sink) would otherwise hold the event loop until its mailbox is empty: seconds,
 queued, during which nothing else is routed."""
 
 
+HANDLER_GRACE_S = 5.0
+"""How long a long-running cell's failed I/O loop waits for the messages in hand to be
+settled before the instance is torn down."""
+
+
 def _traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc)).rstrip()
 
@@ -187,6 +196,11 @@ class CellRunner:
         )
         self._in_a_row = 0
         """Messages taken without waiting since the loop last ran anything else."""
+        self._holding = 0
+        """Long-running: messages taken and not yet settled."""
+        self._quiet = asyncio.Event()
+        """Set while ``_holding`` is 0."""
+        self._quiet.set()
         self._task: asyncio.Task[None] | None = None
         self._spawn: Spawn | None = None
 
@@ -553,20 +567,65 @@ class CellRunner:
                 return
 
     async def _io(self, cell: LongRunning) -> None:
-        await cell.run(_Context(self))
+        try:
+            await cell.run(_Context(self))
+        except Exception:
+            await self._settled_in_hand()
+            raise
+
+    async def _settled_in_hand(self) -> None:
+        """Wait (at most :data:`HANDLER_GRACE_S`) until every message taken is settled: a cell
+        whose I/O failed may just have answered its requests with that failure."""
+        if self._holding == 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(HANDLER_GRACE_S):
+                await self._quiet.wait()
+
+    def _hold(self) -> None:
+        self._holding += 1
+        self._quiet.clear()
+
+    def _release(self) -> None:
+        self._holding -= 1
+        if self._holding == 0:
+            self._quiet.set()
 
     async def _handler(self, cell: Cell) -> None:
+        if self.type.handles_concurrently:
+            await self._overlapping(cell)
+            return
         while True:
             message = await self._next(None)
             assert message is not None  # no idle timeout: it waits for one
+            self._hold()
             started = now_ms()
             try:
                 outcome = await self._process(cell, message)
                 await self.host.settle(self, message, outcome, started_ms=started)
             finally:
                 self.in_flight.done()
+                self._release()
             if self._restarts(outcome):
                 raise _Restart
+
+    async def _overlapping(self, cell: Cell) -> None:
+        """Messages handled side by side (a crash answers its message and does not restart
+        the shared instance, as with a stateless cell)."""
+        slots = asyncio.Semaphore(_max_concurrency(self.spec, self.type))
+        async with asyncio.TaskGroup() as group:
+            while True:
+                message = await self._next(None)
+                assert message is not None
+                await slots.acquire()
+                self._hold()
+                group.create_task(self._held_work(cell, message, slots))
+
+    async def _held_work(self, cell: Cell, message: Envelope, slots: asyncio.Semaphore) -> None:
+        try:
+            await self._work(cell, message, slots)
+        finally:
+            self._release()
 
 
 def _max_concurrency(spec: CellSpec, cell_type: CellType) -> int:

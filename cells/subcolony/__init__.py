@@ -1,13 +1,18 @@
-"""The ``subcolony`` cell type (placeholder: the real one replaces this module)."""
+"""The ``subcolony`` cell type: a child colony, run as a process, behind one cell (long-running)."""
 
 from __future__ import annotations
 
-from colony.cell import Cell, CellClass, CellSpec, CellType
-from colony.errors import BootError
+from cells.subcolony.cell import SubcolonyCell
+from cells.subcolony.params import SubcolonyParams, check_root
+from colony.cell import CellClass, CellType, pydantic_check
 
+SUBCOLONY = CellType(
+    "subcolony",
+    CellClass.LONG_RUNNING,
+    SubcolonyCell,
+    default_max_concurrency=64,
+    check_params=pydantic_check(SubcolonyParams, check_root),
+    handles_concurrently=True,
+)
 
-def _not_built(spec: CellSpec) -> Cell:
-    raise BootError([f"{spec.path}: the subcolony cell type is not built yet"])
-
-
-SUBCOLONY = CellType("subcolony", CellClass.LONG_RUNNING, _not_built)
+__all__ = ["SUBCOLONY", "SubcolonyCell", "SubcolonyParams"]

@@ -1,0 +1,223 @@
+"""The child colony as a process: started, greeted, written to, read from, stopped.
+
+The child runs ``<command> --root <root> --stdio-format json`` in its own process group (no
+process of it outlives the cell) with an environment built from scratch. Its stdout carries
+frames, one JSON object a line; its stderr (the child's log) is read line by line so a chatty
+child never blocks on a full pipe, and its last lines are kept for the error a failure reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PROTOCOL", "BootFailedError", "ChildColony", "Launch"]
+
+PROTOCOL = 1
+"""The stdio wire's protocol integer (``v``), asserted on the ``ready`` frame."""
+LINE_LIMIT = 64 * 1024 * 1024
+"""The longest frame line read from the child."""
+STDERR_TAIL = 20
+"""Lines of the child's stderr kept for an error's detail."""
+
+
+class BootFailedError(Exception):
+    """The child did not come up: ``code`` is the cell's error code for it."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """How to start the child."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+
+
+class ChildColony:
+    """One running child colony."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, on_log: Callable[[str], None]) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+        self.version: str | None = None
+        self._tail: deque[str] = deque(maxlen=STDERR_TAIL)
+        self._on_log = on_log
+        self._stderr = asyncio.ensure_future(self._drain_stderr())
+        self._writing = asyncio.Lock()
+
+    @classmethod
+    async def start(
+        cls, launch: Launch, boot_timeout_s: float, on_log: Callable[[str], None]
+    ) -> ChildColony:
+        """A child that said ``ready`` (protocol checked); raises :class:`BootFailedError`."""
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *launch.argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=launch.env,
+                cwd=launch.cwd,
+                start_new_session=True,
+                limit=LINE_LIMIT,
+            )
+        except OSError as exc:
+            raise BootFailedError(
+                "subcolony_unavailable", f"{launch.argv[0]} could not be started: {exc}"
+            ) from None
+        child = cls(proc, on_log)
+        try:
+            async with asyncio.timeout(boot_timeout_s):
+                child.version = await child._greeting()
+        except TimeoutError:
+            await child.kill()
+            raise BootFailedError(
+                "boot_timeout",
+                f"the child colony sent no ready frame within boot_timeout_ms "
+                f"({int(boot_timeout_s * 1000)} ms){child.said()}",
+            ) from None
+        except (BootFailedError, asyncio.CancelledError):  # no child outlives a failed start
+            await child.kill()
+            raise
+        return child
+
+    async def _greeting(self) -> str:
+        """The ``ready`` frame's version (the first frame the child writes)."""
+        while True:
+            frame = await self.next_frame()
+            if frame is None:
+                code = await self.proc.wait()
+                await asyncio.wait([self._stderr], timeout=1)
+                raise BootFailedError(
+                    "subcolony_unavailable",
+                    f"the child colony exited ({_exit(code)}) before it was ready{self.said()}",
+                )
+            if frame.get("type") != "ready":
+                raise BootFailedError(
+                    "protocol_mismatch",
+                    f"the child's first frame is of type {frame.get('type')!r}, not 'ready'",
+                )
+            if frame.get("v") != PROTOCOL or isinstance(frame.get("v"), bool):
+                raise BootFailedError(
+                    "protocol_mismatch",
+                    f"the child speaks protocol v={frame.get('v')!r}; this cell speaks "
+                    f"v={PROTOCOL}",
+                )
+            version = frame.get("version")
+            return version if isinstance(version, str) else repr(version)
+
+    async def next_frame(self) -> dict[str, Any] | None:
+        """The next JSON object line on stdout (other lines are skipped); None at its end."""
+        stdout = self.proc.stdout
+        assert stdout is not None
+        while True:
+            try:
+                line = await stdout.readline()
+            except (ValueError, asyncio.LimitOverrunError):
+                self._on_log(f"a stdout line longer than {LINE_LIMIT} bytes was dropped")
+                continue
+            if not line:
+                return None
+            try:
+                frame = json.loads(line)
+            except ValueError:
+                self._on_log(f"stdout line that is not a frame: {line[:200]!r}")
+                continue
+            if isinstance(frame, dict):
+                return frame
+            self._on_log(f"stdout line that is not a frame: {line[:200]!r}")
+
+    async def write(self, frame: dict[str, Any], timeout_s: float) -> None:
+        """One frame to the child's stdin; raises TimeoutError or OSError."""
+        stdin = self.proc.stdin
+        assert stdin is not None
+        data = (json.dumps(frame, ensure_ascii=False, allow_nan=False) + "\n").encode(
+            "utf-8", "surrogateescape"
+        )
+        async with asyncio.timeout(timeout_s), self._writing:
+            stdin.write(data)
+            await stdin.drain()
+
+    def said(self) -> str:
+        """The child's last stderr lines, for an error's detail ('' when it said nothing)."""
+        if not self._tail:
+            return ""
+        return "; its stderr ended: " + " | ".join(self._tail)
+
+    async def _drain_stderr(self) -> None:
+        stderr = self.proc.stderr
+        assert stderr is not None
+        with contextlib.suppress(ValueError, asyncio.LimitOverrunError):
+            while line := await stderr.readline():
+                text = line.decode("utf-8", "replace").rstrip()
+                if text:
+                    self._tail.append(text[:300])
+                    self._on_log(text)
+
+    def exit_text(self) -> str:
+        return _exit(self.proc.returncode)
+
+    async def close(self, grace_s: float) -> None:
+        """End of input first (the child finishes what it holds and exits), then SIGTERM to
+        its process group, then SIGKILL, each after ``grace_s``."""
+        stdin = self.proc.stdin
+        if stdin is not None and not stdin.is_closing():
+            with contextlib.suppress(OSError):
+                stdin.close()
+        if not await self._exited(grace_s):
+            self._signal(signal.SIGTERM)
+            if not await self._exited(grace_s):
+                self._signal(signal.SIGKILL)
+                await self.proc.wait()
+        self._signal(signal.SIGKILL)  # whatever of its group is left
+        await self._finish()
+
+    async def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+        await self.proc.wait()
+        await self._finish()
+
+    async def _exited(self, seconds: float) -> bool:
+        try:
+            async with asyncio.timeout(seconds):
+                await self.proc.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def _signal(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+
+    async def _finish(self) -> None:
+        await asyncio.wait([self._stderr], timeout=1)
+        self._stderr.cancel()
+
+    async def frames(self) -> AsyncIterator[dict[str, Any]]:
+        while (frame := await self.next_frame()) is not None:
+            yield frame
+
+
+def _exit(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"

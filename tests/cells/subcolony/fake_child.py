@@ -1,0 +1,52 @@
+"""A stand-in child colony for the subcolony tests: speaks the stdio JSON wire, no colony.
+
+``FAKE_MODE`` picks the boot: ``ready`` (default), ``v2`` (a foreign protocol integer),
+``mute`` (never ready). Once ready it answers each request with one assistant text turn
+holding what it saw (context, ttl, two environment variables, the user text) as JSON; the user
+texts ``die``, ``slow``, ``fail`` and ``shout`` make it exit, stay silent, send an error frame,
+or also send a frame nobody asked for.
+"""
+
+import json
+import os
+import sys
+import time
+
+mode = os.environ.get("FAKE_MODE", "ready")
+if mode == "mute":
+    time.sleep(60)
+    sys.exit(0)
+print(json.dumps({"v": 2 if mode == "v2" else 1, "type": "ready", "version": "fake-1"}), flush=True)
+
+for line in sys.stdin:
+    frame = json.loads(line)
+    context = frame.get("context", {})
+    said = ""
+    for turn in frame["body"].get("messages", []):
+        if turn.get("origin") == "user":
+            said = turn.get("text", "")
+    if said == "die":
+        os._exit(3)
+    if said == "slow":
+        continue
+    if said == "fail":
+        error = {"v": 1, "type": "error", "error_code": "invalid_frame", "detail": "no thanks"}
+        print(json.dumps({**error, "context": {"turn_id": context.get("turn_id")}}), flush=True)
+        continue
+    seen = {
+        "context": context,
+        "ttl": frame.get("ttl"),
+        "trace_id": frame.get("trace_id"),
+        "said": said,
+        "pid": os.getpid(),
+        "env": {k: os.environ.get(k) for k in ("SUBCOLONY_TEST_SECRET", "GIVEN")},
+    }
+    reply = {"origin": "assistant", "type": "text", "text": json.dumps(seen)}
+    out = {"v": 1, "type": "message", "trace_id": frame.get("trace_id"), "context": context}
+    print(json.dumps({**out, "body": {"messages": [reply]}}), flush=True)
+    if said == "shout":
+        aside = {"origin": "assistant", "type": "text", "text": "unasked"}
+        print(
+            json.dumps({"v": 1, "type": "message", "context": {}, "body": {"messages": [aside]}}),
+            flush=True,
+        )
