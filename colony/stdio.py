@@ -48,6 +48,13 @@ def line_reader(stream: TextIO) -> Callable[[], str]:
     return read
 
 
+def _turn_id_of(frame: Any) -> str | None:
+    """A frame's ``context.turn_id`` when it is a string (echoed on an error frame)."""
+    context = frame.get("context") if isinstance(frame, dict) else None
+    turn_id = context.get("turn_id") if isinstance(context, dict) else None
+    return turn_id if isinstance(turn_id, str) else None
+
+
 def last_assistant_text(body: Any) -> str | None:
     turns = body.get("messages") if isinstance(body, dict) else None
     for turn in reversed(turns or []):
@@ -98,8 +105,18 @@ class StdioBridge:
             return
         self._write(text)
 
-    def _frame_error(self, detail: str) -> None:
-        frame = {"v": 1, "type": "error", "error_code": "invalid_frame", "detail": detail}
+    def _frame_error(self, detail: str, turn_id: str | None = None) -> None:
+        """An ``error`` frame; it echoes the refused frame's ``context.turn_id`` when it had
+        one, so a parent with several requests in flight (a ``subcolony`` cell) can tell
+        which of them was refused instead of waiting for it to time out."""
+        frame: dict[str, Any] = {
+            "v": 1,
+            "type": "error",
+            "error_code": "invalid_frame",
+            "detail": detail,
+        }
+        if turn_id is not None:
+            frame["context"] = {"turn_id": turn_id}
         self._write(jsonwire.dumps(frame))
 
     def _refuse(self, detail: str) -> None:
@@ -131,13 +148,14 @@ class StdioBridge:
         except jsonwire.JsonRefused as exc:
             self._frame_error(exc.detail)
             return None
+        turn_id = _turn_id_of(frame)
         if not isinstance(frame, dict) or frame.get("v") != 1 or frame.get("type") != "message":
-            self._frame_error('a frame is {"v": 1, "type": "message", "body": {...}}')
+            self._frame_error('a frame is {"v": 1, "type": "message", "body": {...}}', turn_id)
             return None
         body = frame.get("body")
         problem = body_problem(body) if isinstance(body, dict) else "body must be an object"
         if problem is not None:
-            self._frame_error(problem)
+            self._frame_error(problem, turn_id)
             return None
         try:
             return source_message_of(
@@ -151,7 +169,7 @@ class StdioBridge:
                 context_defaults=self._context(),
             )
         except IngressRefused as exc:
-            self._frame_error(exc.detail)
+            self._frame_error(exc.detail, turn_id)
             return None
 
     async def run(self, read_line: Callable[[], str]) -> None:

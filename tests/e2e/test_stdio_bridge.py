@@ -60,6 +60,7 @@ def test_json_frames_are_answered_with_json_frames(make_tree: TreeFactory) -> No
         },
         {"v": 1, "type": "message"},
         "not json",
+        {"v": 1, "type": "message", "context": {"turn_id": "t-9"}, "ttl": -1, "body": {}},
     ]
     stdin = "\n".join(f if isinstance(f, str) else json.dumps(f) for f in frames) + "\n"
     done = run(echo_tree(make_tree), stdin, "--stdio-format", "json")
@@ -68,8 +69,10 @@ def test_json_frames_are_answered_with_json_frames(make_tree: TreeFactory) -> No
     assert lines[0]["type"] == "ready"
     assert lines[0]["version"]
     errors = [x for x in lines if x["type"] == "error"]
-    assert [e["error_code"] for e in errors] == ["invalid_frame", "invalid_frame"]
+    assert [e["error_code"] for e in errors] == ["invalid_frame"] * 3
     assert "body" in errors[0]["detail"]
+    # a refused frame's turn_id comes back, so a parent can pair the error with its request
+    assert [e.get("context") for e in errors] == [None, None, {"turn_id": "t-9"}]
     [reply] = [x for x in lines if x["type"] == "message"]
     assert reply["trace_id"] == "t-1"
     assert reply["context"]["turn_id"] == "k"
