@@ -176,6 +176,11 @@ class CellType:
     """The cell type checks its emissions against ``contract.emits`` itself (the code cell
     turns a violation into its own error emission), so the colony does not check them again
     under ``strict_validation``."""
+    handles_concurrently: bool = False
+    """Long-running cells: take messages while earlier ones are still being handled (up to
+    ``params.max_concurrency``, else :attr:`default_max_concurrency`), so one slow call to the
+    outside does not hold the mailbox (the mcp cell). Replies may finish out of order; a
+    restart waits for the messages in hand to settle first. False: one at a time, in order."""
     runs_ahead: Callable[[CellSpec], bool] | None = None
     """Whether a message for this cell (its spec given) may reach its mailbox before the unit
     that delivers it is committed (:mod:`colony.journal`, "Running ahead"): what the cell does

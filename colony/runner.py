@@ -531,11 +531,15 @@ class CellRunner:
                     await self._retire()
                     return
                 continue
+            work: set[asyncio.Task[None]] = set()
             try:
                 async with asyncio.TaskGroup() as group:
                     if isinstance(cell, LongRunning):
                         group.create_task(self._io(cell))
-                    group.create_task(self._handler(cell))
+                    if self.type.handles_concurrently:
+                        group.create_task(self._concurrent_handler(cell, work))
+                    else:
+                        group.create_task(self._handler(cell))
             except* _Restart:
                 pass
             except* Exception as errors:
@@ -547,10 +551,23 @@ class CellRunner:
                     traceback=_traceback(first),
                 )
             finally:
+                await self._drain(work)
                 await self._close(cell)
             if self._count_restart():
                 await self._retire()
                 return
+
+    async def _drain(self, work: set[asyncio.Task[None]]) -> None:
+        """Let the messages still in hand settle (each is bounded by the backstop) before the
+        instance goes: their replies were made by a live cell. Stopping cancels them."""
+        if not work:
+            return
+        try:
+            await asyncio.wait(set(work))
+        except asyncio.CancelledError:
+            for task in work:
+                task.cancel()
+            raise
 
     async def _io(self, cell: LongRunning) -> None:
         await cell.run(_Context(self))
@@ -566,6 +583,45 @@ class CellRunner:
             finally:
                 self.in_flight.done()
             if self._restarts(outcome):
+                raise _Restart
+
+    async def _concurrent_handler(self, cell: Cell, work: set[asyncio.Task[None]]) -> None:
+        """The mailbox of a cell that handles concurrently: each message in a task of its own
+        (kept in ``work``, outside the cell's task group, so a crash of the I/O loop lets it
+        settle), at most ``max_concurrency`` at once; a message whose outcome restarts the
+        cell stops the intake."""
+        slots = asyncio.Semaphore(_max_concurrency(self.spec, self.type))
+        restart: asyncio.Future[Envelope | None] = asyncio.get_running_loop().create_future()
+
+        async def one(message: Envelope) -> None:
+            started = now_ms()
+            try:
+                try:
+                    outcome = await self._process(cell, message)
+                    await self.host.settle(self, message, outcome, started_ms=started)
+                finally:
+                    self.in_flight.done()
+                if self._restarts(outcome) and not restart.done():
+                    restart.set_result(None)
+            finally:
+                slots.release()
+
+        while True:
+            await slots.acquire()
+            taking: asyncio.Future[Envelope | None] = asyncio.ensure_future(self._next(None))
+            try:
+                await asyncio.wait({taking, restart}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not taking.done():  # a restart (or a stop) came first
+                    taking.cancel()
+            if not taking.done():
+                raise _Restart
+            message = taking.result()
+            assert message is not None  # no idle timeout: it waits for one
+            task = asyncio.create_task(one(message))
+            work.add(task)
+            task.add_done_callback(work.discard)
+            if restart.done():
                 raise _Restart
 
 
