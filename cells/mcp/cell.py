@@ -336,7 +336,9 @@ class McpCell:
         if self.params.offer_tools and self._ctx is not None:
             if self.leader is not None and not await self.leader.lead(self.lease):
                 return  # another node of the cluster offers them
-            await self._ctx.emit(listing(self.path, tools, duration_ms))
+            offer = listing(self.path, tools, duration_ms)
+            del offer["messages"]  # a system-only write: an llm cell takes it in silently
+            await self._ctx.emit(offer)
 
     async def _on_message(self, message: IncomingMessage) -> None:
         """Server notifications: a changed tool list is discovered again (by the I/O loop:

@@ -111,7 +111,11 @@ def listing(path: str, tools: list[JsonObject], duration_ms: int) -> JsonObject:
     """The ``system`` write that offers ``tools`` to an llm cell: one leaf per tool under
     ``system.tools.<provider_key>``, replacing what this server offered before. A leaf's text
     is the OpenAI function object the llm cell puts into its request; its slot is the tool's
-    name with dots as underscores (the llm cell's slots have none)."""
+    name with dots as underscores (the llm cell's slots have none).
+
+    This is the ``__list_tools__`` reply (meclaw's shape, with ``messages: []``); the offer
+    the cell emits on its own leaves ``messages`` out, because an llm cell given an empty
+    ``messages`` calls its model with no turns, and given no ``messages`` it only stores."""
     slots: JsonObject = {"$replace": True}
     for tool in tools:
         name = tool.get("name")
