@@ -18,7 +18,7 @@ from colony.jsonwire import JsonRefused, loads
 
 __all__ = [
     "LIST_TOOLS",
-    "Call",
+    "McpCall",
     "describe_exit",
     "listing",
     "parse_call",
@@ -33,19 +33,19 @@ UNKNOWN_TOOL = "<unknown>"
 """``mcp_tool`` of a reply to a call whose tool name could not be read (meclaw's word)."""
 
 
-class Call(NamedTuple):
+class McpCall(NamedTuple):
     name: str
     arguments: JsonObject
     id: str | None
 
 
-def parse_call(body: Any, fixed_tool: str | None) -> Call:
+def parse_call(body: Any, fixed_tool: str | None) -> McpCall:
     """The call in ``body`` (the tool cells' convention): its text is ``{"name": X,
     "arguments": {...}}`` (arguments also as a JSON string, as an llm cell writes them), or,
     with a ``fixed_tool``, the arguments object itself. Raises :class:`ToolCallError`."""
     args, call_id = parse_tool_call(body)
     if fixed_tool is not None:
-        return Call(fixed_tool, args, call_id)
+        return McpCall(fixed_tool, args, call_id)
     name = args.get("name")
     if not isinstance(name, str) or not name:
         raise ToolCallError(
@@ -69,7 +69,7 @@ def parse_call(body: Any, fixed_tool: str | None) -> Call:
         raise ToolCallError(
             "invalid_input", "tool_call arguments must be a JSON object", call_id=call_id
         )
-    return Call(name, raw, call_id)
+    return McpCall(name, raw, call_id)
 
 
 def result_text(result: JsonObject) -> str:

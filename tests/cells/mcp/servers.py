@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,11 +104,16 @@ def offers(colony: ColonyHarness) -> list[Envelope]:
     return [m for m in colony.captured("/sink") if m.parent_message_id is None]
 
 
-async def wait_for(colony: ColonyHarness, count: int, timeout: float = 15) -> list[Envelope]:  # noqa: ASYNC109
-    """The sink's messages once it holds ``count`` of them."""
-    async with asyncio.timeout(timeout):
-        while len(replies(colony)) < count:
+async def until(condition: Callable[[], object], seconds: float = 15) -> None:
+    """Return once ``condition()`` holds (what it watches has no event to await)."""
+    async with asyncio.timeout(seconds):
+        while not condition():  # noqa: ASYNC110 (captures, log lines and restarts have no event)
             await asyncio.sleep(0.02)
+
+
+async def wait_for(colony: ColonyHarness, count: int) -> list[Envelope]:
+    """The cell's replies once there are ``count`` of them."""
+    await until(lambda: len(replies(colony)) >= count)
     return replies(colony)
 
 

@@ -45,10 +45,11 @@ async def test_meclaws_http_form_calls_a_stateless_json_server(make_tree: TreeFa
             hop, text, call_id = await ask(colony, call("echo", {"text": "plain"}, "c-1"))
             assert (text, call_id, hop.get("error_code")) == ("plain", "c-1", None)
             hop, text, _ = await ask(colony, call("fail", {"reason": "nope"}))
-            assert hop["error_code"] == "mcp_error" and "nope" in text
+            assert hop["error_code"] == "mcp_error"
+            assert "nope" in text
             await colony.settle()
             names = [row["name"] for row in colony.rows("/mcp", "mcp_tools")]
-            assert "echo" in names and "grow" in names
+            assert {"echo", "grow"} <= set(names)
 
 
 async def test_an_http_server_that_is_not_there_is_reported_to_health_and_calls_fail(
@@ -57,7 +58,9 @@ async def test_an_http_server_that_is_not_there_is_reported_to_health_and_calls_
     params = {"endpoint": "http://127.0.0.1:1/mcp", "external_timeout_ms": 500}
     async with ColonyHarness(make_tree(mcp_tree(params)), capture=["/sink"]) as colony:
         hop, text, _ = await ask(colony, call("echo", {"text": "x"}))
-        assert hop["error_code"] == "mcp_error" and "send" in text
+        assert hop["error_code"] == "mcp_error"
+        assert "send" in text
         status = colony.colony.events.io.task("/mcp", "mcp_server")
-        assert status.state == "failing" and "127.0.0.1:1" in (status.last_error or "")
+        assert status.state == "failing"
+        assert "127.0.0.1:1" in (status.last_error or "")
         assert colony.logs("mcp_discovery_failed")

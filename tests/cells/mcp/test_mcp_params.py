@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -11,7 +10,7 @@ from cells.mcp import MCP
 from cells.mcp.wire import listing, provider_key
 from colony.cell import ParamProblem
 from colony.testing import ColonyHarness
-from tests.cells.mcp.servers import call
+from tests.cells.mcp.servers import call, until
 from tests.conftest import TreeFactory, hive
 
 
@@ -45,7 +44,8 @@ def test_meclaws_http_and_stdio_shapes_are_valid() -> None:
 )
 def test_bad_params_are_refused_with_a_fix(params: dict[str, Any], code: str, words: str) -> None:
     [problem] = problems(params)
-    assert problem.code == code and not problem.warning
+    assert problem.code == code
+    assert not problem.warning
     assert words in problem.message
 
 
@@ -84,11 +84,10 @@ async def test_a_command_that_does_not_exist_fails_the_cell_past_its_restarts(
     }
     async with ColonyHarness(make_tree(tree), capture=["/sink"]) as colony:
         runner = colony.colony.runners["/mcp"]
-        async with asyncio.timeout(10):
-            while runner.state.value != "failed":
-                await asyncio.sleep(0.02)
+        await until(lambda: runner.state.value == "failed")
         failed = colony.logs("mcp_server_start_failed")
-        assert failed and "/nonexistent/mcp-server" in failed[0]["error"]
+        assert failed
+        assert "/nonexistent/mcp-server" in failed[0]["error"]
         status = colony.colony.events.io.task("/mcp", "mcp_server")
         assert status.last_error_kind == "start"
         await colony.send("/mcp", call("echo", {"text": "x"}))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 
@@ -17,6 +16,7 @@ from tests.cells.mcp.servers import (
     offers,
     replies,
     result,
+    until,
     wait_for,
 )
 from tests.conftest import write_tree
@@ -45,7 +45,8 @@ async def test_a_call_answers_with_the_tools_text_on_the_calls_id(colony: Colony
     hop, text, call_id = await ask(colony, call("echo", {"text": "hello"}, "c-echo"))
     assert (text, call_id, hop["mcp_tool"]) == ("hello", "c-echo", "echo")
     assert isinstance(hop["duration_ms"], int)
-    assert "error_code" not in hop and "finish_reason" not in hop
+    assert "error_code" not in hop
+    assert "finish_reason" not in hop
 
 
 async def test_arguments_given_as_a_json_string_are_read_as_the_llm_cell_writes_them(
@@ -63,7 +64,8 @@ async def test_structured_content_is_the_text_as_json(colony: ColonyHarness) -> 
 
 async def test_a_failing_tool_is_mcp_error_with_the_servers_text(colony: ColonyHarness) -> None:
     hop, text, _ = await ask(colony, call("fail", {"reason": "no luck"}))
-    assert hop["error_code"] == "mcp_error" and "finish_reason" not in hop
+    assert hop["error_code"] == "mcp_error"
+    assert "finish_reason" not in hop
     assert "no luck" in text
     assert colony.logs("mcp_call_failed")
 
@@ -110,9 +112,7 @@ async def test_list_changed_updates_the_cache_and_offers_the_tools_again(
     assert all("late" not in m.body["system"]["tools"]["mcp"] for m in offers(colony))
     _, text, _ = await ask(colony, call("grow"))
     assert text == "grown"
-    async with asyncio.timeout(10):
-        while not any("late" in m.body["system"]["tools"]["mcp"] for m in offers(colony)):
-            await asyncio.sleep(0.02)
+    await until(lambda: any("late" in m.body["system"]["tools"]["mcp"] for m in offers(colony)))
     names = [row["name"] for row in colony.rows("/mcp", "mcp_tools")]
     assert "late" in names
     _, text, _ = await ask(colony, call("late"))
@@ -145,9 +145,7 @@ async def test_a_dying_server_fails_the_open_call_naming_its_exit_then_restarts(
     hop, text, _ = await ask(colony, call("die"))
     assert hop["error_code"] == "mcp_error"
     assert f"the MCP server (pid {old}) exited with code 3" in text
-    async with asyncio.timeout(10):
-        while cell.restarts < 1:
-            await asyncio.sleep(0.02)
+    await until(lambda: cell.restarts >= 1)
     new = await _pid(colony)
     assert new != old
     assert colony.logs("mcp_server_died")
@@ -156,4 +154,3 @@ async def test_a_dying_server_fails_the_open_call_naming_its_exit_then_restarts(
 async def _pid(colony: ColonyHarness) -> int:
     _, text, _ = await ask(colony, call("pid"))
     return int(text)
-
