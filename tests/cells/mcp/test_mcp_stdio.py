@@ -31,6 +31,7 @@ async def colony(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Colo
         mcp_tree({**STDIO, "external_timeout_ms": 1500, "offer_tools": True}),
     )
     async with ColonyHarness(tree, capture=["/sink"]) as harness:
+        await until(lambda: offers(harness))  # the server is up (its start outlasts 1.5 s)
         yield harness
 
 
@@ -142,10 +143,12 @@ async def test_a_dying_server_fails_the_open_call_naming_its_exit_then_restarts(
 ) -> None:
     cell = colony.colony.runners["/mcp"]
     old = await _pid(colony)
+    offered = len(offers(colony))
     hop, text, _ = await ask(colony, call("die"))
     assert hop["error_code"] == "mcp_error"
     assert f"the MCP server (pid {old}) exited with code 3" in text
     await until(lambda: cell.restarts >= 1)
+    await until(lambda: len(offers(colony)) > offered)  # the new server is up
     new = await _pid(colony)
     assert new != old
     assert colony.logs("mcp_server_died")
