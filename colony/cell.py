@@ -172,15 +172,16 @@ class CellType:
     when the cell sets none): an llm call retried to its limit must end in its own typed
     ``timeout``, not in the colony's backstop."""
     options: dict[str, Any] = field(default_factory=dict)
-    handles_concurrently: bool = False
-    """Long-running: ``handle()`` calls overlap, up to ``params.max_concurrency`` (else
-    ``default_max_concurrency``), each settled as it ends; a crash answers its message without
-    restarting the instance. For a cell whose handling waits on its I/O loop (a request to a
-    child process), so one slow request does not hold the others back."""
     checks_own_emits: bool = False
     """The cell type checks its emissions against ``contract.emits`` itself (the code cell
     turns a violation into its own error emission), so the colony does not check them again
     under ``strict_validation``."""
+    handles_concurrently: bool = False
+    """Long-running cells: take messages while earlier ones are still being handled (up to
+    ``params.max_concurrency``, else :attr:`default_max_concurrency`), so one slow call to the
+    outside does not hold the mailbox (the mcp and subcolony cells). Replies may finish out of
+    order; a restart waits for the messages in hand to settle first. False: one at a time, in
+    order."""
     runs_ahead: Callable[[CellSpec], bool] | None = None
     """Whether a message for this cell (its spec given) may reach its mailbox before the unit
     that delivers it is committed (:mod:`colony.journal`, "Running ahead"): what the cell does

@@ -16,11 +16,7 @@ failure (``cell_start_failed``, ``cell_io_crashed``, with the traceback).
   ``idle_timeout_ms`` without messages (``cell.timeout`` 0), after every message (> 0), or
   never (-1);
 * stateless: up to ``params.max_concurrency`` messages at once, one shared instance;
-* long-running: built at boot; its ``run(ctx)`` I/O loop runs beside the message handler
-  (one message at a time, or overlapping when the type says ``handles_concurrently``). When
-  the I/O loop raises, the messages in hand are settled first (at most
-  :data:`HANDLER_GRACE_S`), so what a cell answered while its I/O failed is not lost to the
-  restart.
+* long-running: built at boot; its ``run(ctx)`` I/O loop runs beside the message handler.
 """
 
 from __future__ import annotations
@@ -122,11 +118,6 @@ a sink) would otherwise hold the event loop until its mailbox is empty: seconds,
 queued, during which nothing else is routed."""
 
 
-HANDLER_GRACE_S = 5.0
-"""How long a long-running cell's failed I/O loop waits for the messages in hand to be
-settled before the instance is torn down."""
-
-
 def _traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc)).rstrip()
 
@@ -196,11 +187,6 @@ class CellRunner:
         )
         self._in_a_row = 0
         """Messages taken without waiting since the loop last ran anything else."""
-        self._holding = 0
-        """Long-running: messages taken and not yet settled."""
-        self._quiet = asyncio.Event()
-        """Set while ``_holding`` is 0."""
-        self._quiet.set()
         self._task: asyncio.Task[None] | None = None
         self._spawn: Spawn | None = None
 
@@ -545,11 +531,15 @@ class CellRunner:
                     await self._retire()
                     return
                 continue
+            work: set[asyncio.Task[None]] = set()
             try:
                 async with asyncio.TaskGroup() as group:
                     if isinstance(cell, LongRunning):
                         group.create_task(self._io(cell))
-                    group.create_task(self._handler(cell))
+                    if self.type.handles_concurrently:
+                        group.create_task(self._concurrent_handler(cell, work))
+                    else:
+                        group.create_task(self._handler(cell))
             except* _Restart:
                 pass
             except* Exception as errors:
@@ -561,71 +551,78 @@ class CellRunner:
                     traceback=_traceback(first),
                 )
             finally:
+                await self._drain(work)
                 await self._close(cell)
             if self._count_restart():
                 await self._retire()
                 return
 
-    async def _io(self, cell: LongRunning) -> None:
+    async def _drain(self, work: set[asyncio.Task[None]]) -> None:
+        """Let the messages still in hand settle (each is bounded by the backstop) before the
+        instance goes: their replies were made by a live cell. Stopping cancels them."""
+        if not work:
+            return
         try:
-            await cell.run(_Context(self))
-        except Exception:
-            await self._settled_in_hand()
+            await asyncio.wait(set(work))
+        except asyncio.CancelledError:
+            for task in work:
+                task.cancel()
             raise
 
-    async def _settled_in_hand(self) -> None:
-        """Wait (at most :data:`HANDLER_GRACE_S`) until every message taken is settled: a cell
-        whose I/O failed may just have answered its requests with that failure."""
-        if self._holding == 0:
-            return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(HANDLER_GRACE_S):
-                await self._quiet.wait()
-
-    def _hold(self) -> None:
-        self._holding += 1
-        self._quiet.clear()
-
-    def _release(self) -> None:
-        self._holding -= 1
-        if self._holding == 0:
-            self._quiet.set()
+    async def _io(self, cell: LongRunning) -> None:
+        await cell.run(_Context(self))
 
     async def _handler(self, cell: Cell) -> None:
-        if self.type.handles_concurrently:
-            await self._overlapping(cell)
-            return
         while True:
             message = await self._next(None)
             assert message is not None  # no idle timeout: it waits for one
-            self._hold()
             started = now_ms()
             try:
                 outcome = await self._process(cell, message)
                 await self.host.settle(self, message, outcome, started_ms=started)
             finally:
                 self.in_flight.done()
-                self._release()
             if self._restarts(outcome):
                 raise _Restart
 
-    async def _overlapping(self, cell: Cell) -> None:
-        """Messages handled side by side (a crash answers its message and does not restart
-        the shared instance, as with a stateless cell)."""
+    async def _concurrent_handler(self, cell: Cell, work: set[asyncio.Task[None]]) -> None:
+        """The mailbox of a cell that handles concurrently: each message in a task of its own
+        (kept in ``work``, outside the cell's task group, so a crash of the I/O loop lets it
+        settle), at most ``max_concurrency`` at once; a message whose outcome restarts the
+        cell stops the intake."""
         slots = asyncio.Semaphore(_max_concurrency(self.spec, self.type))
-        async with asyncio.TaskGroup() as group:
-            while True:
-                message = await self._next(None)
-                assert message is not None
-                await slots.acquire()
-                self._hold()
-                group.create_task(self._held_work(cell, message, slots))
+        restart: asyncio.Future[Envelope | None] = asyncio.get_running_loop().create_future()
 
-    async def _held_work(self, cell: Cell, message: Envelope, slots: asyncio.Semaphore) -> None:
-        try:
-            await self._work(cell, message, slots)
-        finally:
-            self._release()
+        async def one(message: Envelope) -> None:
+            started = now_ms()
+            try:
+                try:
+                    outcome = await self._process(cell, message)
+                    await self.host.settle(self, message, outcome, started_ms=started)
+                finally:
+                    self.in_flight.done()
+                if self._restarts(outcome) and not restart.done():
+                    restart.set_result(None)
+            finally:
+                slots.release()
+
+        while True:
+            await slots.acquire()
+            taking: asyncio.Future[Envelope | None] = asyncio.ensure_future(self._next(None))
+            try:
+                await asyncio.wait({taking, restart}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not taking.done():  # a restart (or a stop) came first
+                    taking.cancel()
+            if not taking.done():
+                raise _Restart
+            message = taking.result()
+            assert message is not None  # no idle timeout: it waits for one
+            task = asyncio.create_task(one(message))
+            work.add(task)
+            task.add_done_callback(work.discard)
+            if restart.done():
+                raise _Restart
 
 
 def _max_concurrency(spec: CellSpec, cell_type: CellType) -> int:

@@ -1,13 +1,19 @@
-"""The ``mcp`` cell type (placeholder: the real one replaces this module)."""
+"""The ``mcp`` cell type: an MCP server's tools as a tool cell (long-running); see
+``docs/cells/mcp.md``."""
 
 from __future__ import annotations
 
-from colony.cell import Cell, CellClass, CellSpec, CellType
-from colony.errors import BootError
+from cells.mcp.cell import McpCell
+from cells.mcp.params import McpParams, check_sandbox
+from colony.cell import CellClass, CellType, pydantic_check
 
+MCP = CellType(
+    "mcp",
+    CellClass.LONG_RUNNING,
+    McpCell,
+    check_params=pydantic_check(McpParams, check_sandbox),
+    default_max_concurrency=16,
+    handles_concurrently=True,
+)
 
-def _not_built(spec: CellSpec) -> Cell:
-    raise BootError([f"{spec.path}: the mcp cell type is not built yet"])
-
-
-MCP = CellType("mcp", CellClass.LONG_RUNNING, _not_built)
+__all__ = ["MCP", "McpCell", "McpParams"]

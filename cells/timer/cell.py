@@ -44,7 +44,7 @@ from cells.clusterstate import (
 )
 from cells.text import dumps_sorted
 from cells.timer.cron import CronExpr
-from cells.timer.ops import Op, OpError, parse_at, parse_op, rfc3339
+from cells.timer.ops import Op, TimerOpError, parse_at, parse_op, rfc3339
 from cells.timer.params import TimerParams, update_problem
 from cells.timer.schedules import SCHEMA, Query, Row, Schedules
 from cells.toolcall import ToolCallError, parse_tool_call, result_turn
@@ -458,7 +458,7 @@ class TimerCell:
             if op.op == "trigger":
                 await self._fire(op.schedule_id, self.clock.now(), None)
                 await self._replan(self.clock.now())  # a triggered one-shot is done
-        except OpError as exc:
+        except TimerOpError as exc:
             return _op_error(exc.code, exc.detail, call_id, named, tool)
         except QueryTimeoutError:
             detail = f"{value.get('op', 'add')}: query exceeded query_timeout_ms"
@@ -473,7 +473,7 @@ class TimerCell:
 
     async def _apply(self, op: Op) -> None:
         """Carry out ``op`` in the database and the plan (a trigger only checks); raises
-        :class:`OpError` or :class:`QueryTimeoutError`. In a cluster the op is one
+        :class:`TimerOpError` or :class:`QueryTimeoutError`. In a cluster the op is one
         transaction."""
         now = self.clock.now()
         schedules = self.schedules
@@ -493,18 +493,18 @@ class TimerCell:
                 elif current.status == "active" and current.moment == _moment_of(op):
                     return False  # a repeated order is one order
                 else:
-                    raise OpError(
+                    raise TimerOpError(
                         "schedule_id_exists",
                         f"add: schedule_id {sid} already names another schedule",
                     )
             elif current is None:
-                raise OpError("schedule_not_found", f"{op.op}: schedule {sid} is unknown")
+                raise TimerOpError("schedule_not_found", f"{op.op}: schedule {sid} is unknown")
             elif op.op == "modify":
                 if (current.kind == "cron" and op.at is not None) or (
                     current.kind == "at" and op.cron is not None
                 ):
                     runs = "a cron expression" if current.kind == "cron" else "a one-shot time (at)"
-                    raise OpError(
+                    raise TimerOpError(
                         "kind_mismatch",
                         f"modify: schedule {sid} runs on {runs} and cannot switch kind "
                         "(remove it, then add a new one)",
@@ -512,7 +512,7 @@ class TimerCell:
                 self._refuse_past(op, now)
                 schedules.modify(q, op)
             elif current.status != "active":
-                raise OpError(
+                raise TimerOpError(
                     "schedule_not_found", f"{op.op}: schedule {sid} is {current.status}, not active"
                 )
             elif op.op == "remove":
@@ -526,7 +526,7 @@ class TimerCell:
     @staticmethod
     def _refuse_past(op: Op, now: datetime) -> None:
         if op.at is not None and op.at <= now:
-            raise OpError(
+            raise TimerOpError(
                 "at_in_past",
                 f"{op.op}: at {rfc3339(op.at, millis=True)} is not in the future (now "
                 f"{rfc3339(now, millis=True)}); a one-shot in the past would never fire, so "

@@ -13,7 +13,7 @@ from cells.timer.cron import CronError, CronExpr
 from colony.envelope import JsonObject
 from colony.ubf import body_problem
 
-__all__ = ["OPS", "Op", "OpError", "parse_at", "parse_op", "rfc3339"]
+__all__ = ["OPS", "Op", "TimerOpError", "parse_at", "parse_op", "rfc3339"]
 
 OPS = ("add", "modify", "remove", "trigger")
 _CARRIERS = frozenset({"messages", "system", "attachments", "header", "meta"})
@@ -53,7 +53,7 @@ def parse_at(text: str) -> datetime:
 # -- ops ----------------------------------------------------------------------------------------
 
 
-class OpError(Exception):
+class TimerOpError(Exception):
     """An op that is answered with ``timer_op_error``."""
 
     def __init__(self, code: str, detail: str) -> None:
@@ -92,10 +92,10 @@ def _string(value: JsonObject, key: str, *, required: bool) -> str | None:
     item = value.get(key)
     if item is None:
         if required:
-            raise OpError("parse_error", f"{key}: required")
+            raise TimerOpError("parse_error", f"{key}: required")
         return None
     if not isinstance(item, str) or not item:
-        raise OpError("parse_error", f"{key}: must be a non-empty string")
+        raise TimerOpError("parse_error", f"{key}: must be a non-empty string")
     return item
 
 
@@ -105,7 +105,7 @@ def _cron(value: JsonObject) -> str | None:
         try:
             CronExpr.parse(text)
         except CronError as exc:
-            raise OpError("invalid_cron", f"cron: invalid expression: {exc}") from None
+            raise TimerOpError("invalid_cron", f"cron: invalid expression: {exc}") from None
     return text
 
 
@@ -116,25 +116,25 @@ def _at(value: JsonObject) -> datetime | None:
     try:
         return parse_at(text)
     except ValueError as exc:
-        raise OpError("parse_error", f"at: {exc}") from None
+        raise TimerOpError("parse_error", f"at: {exc}") from None
 
 
 def parse_op(value: Any) -> Op:
     """Read one op object (the body's top level, or a tool call's arguments)."""
     if not isinstance(value, dict):
-        raise OpError("parse_error", "the op must be a JSON object")
+        raise TimerOpError("parse_error", "the op must be a JSON object")
     if "op" not in value and "schedule_id" not in value:
-        raise OpError("parse_error", _no_op_object(value))
+        raise TimerOpError("parse_error", _no_op_object(value))
     op = value.get("op", "add")
     if op not in OPS:
-        raise OpError("parse_error", f"op: unknown value {op!r} (use one of {', '.join(OPS)})")
+        raise TimerOpError("parse_error", f"op: unknown value {op!r} (use one of {', '.join(OPS)})")
     raw_id = value.get("schedule_id")
     if not isinstance(raw_id, str):
-        raise OpError("parse_error", "schedule_id: required (a UUID string)")
+        raise TimerOpError("parse_error", "schedule_id: required (a UUID string)")
     try:
         schedule_id = str(uuid.UUID(raw_id))
     except ValueError:
-        raise OpError("parse_error", f"schedule_id: {raw_id!r} is not a UUID") from None
+        raise TimerOpError("parse_error", f"schedule_id: {raw_id!r} is not a UUID") from None
     if op in ("remove", "trigger"):
         return Op(op, schedule_id)
     if op == "modify":
@@ -149,17 +149,17 @@ def parse_op(value: Any) -> Op:
     name = _string(value, "schedule_name", required=True)
     cron, at = _cron(value), _at(value)
     if (cron is None) == (at is None):
-        raise OpError("parse_error", "exactly one of cron or at is required")
+        raise TimerOpError("parse_error", "exactly one of cron or at is required")
     emit_to = _string(value, "emit_to", required=True)
     if "emit_body" not in value:
-        raise OpError("parse_error", "emit_body: required")
+        raise TimerOpError("parse_error", "emit_body: required")
     body = value["emit_body"]
     problem = body_problem(
         {k: v for k, v in body.items() if k != "header"} if isinstance(body, dict) else body
     )
     if problem is not None:
-        raise OpError("parse_error", f"emit_body: {problem}")
+        raise TimerOpError("parse_error", f"emit_body: {problem}")
     headers = value.get("emit_headers")
     if headers is not None and not isinstance(headers, dict):
-        raise OpError("parse_error", "emit_headers: must be an object")
+        raise TimerOpError("parse_error", "emit_headers: must be an object")
     return Op(op, schedule_id, name, cron, at, emit_to, body, headers or {})

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-from cells.timer.ops import OpError, parse_op
+from cells.timer.ops import TimerOpError, parse_op
 
 __all__ = ["MUTABLE_PARAMS", "TimerParams", "update_problem"]
 
@@ -32,7 +32,7 @@ class TimerParams(BaseModel):
         for index, entry in enumerate(value):
             try:
                 op = parse_op(entry)
-            except OpError as exc:
+            except TimerOpError as exc:
                 raise PydanticCustomError(
                     "invalid_schedule", "schedules[{i}]: {d}", {"i": index, "d": exc.detail}
                 ) from None

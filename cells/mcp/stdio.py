@@ -1,0 +1,170 @@
+"""The MCP server as a child process: spawned here (not by the SDK's ``stdio_client``, which
+hides the process, so its exit status would be lost), in a process group of its own, its
+stdout and stdin bridged to the SDK's :class:`mcp.ClientSession` streams line by line.
+
+Closing it is the MCP lifecycle's order: close stdin, then SIGTERM to the whole group, then
+SIGKILL after ``kill_grace_ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections import deque
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp import types
+from mcp.client.stdio import get_default_environment
+from mcp.shared.message import SessionMessage
+
+from cells.mcp.wire import describe_exit
+from colony.observability import Logger
+
+__all__ = ["ServerProcess"]
+
+LINE_LIMIT = 1 << 26
+"""The longest line (one JSON-RPC message) read from the server: 64 MiB."""
+STDERR_KEPT = 5
+"""Last stderr lines kept to explain a death."""
+
+
+class ServerProcess:
+    """One running server and the two streams a ``ClientSession`` talks through."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, log: Logger | None, path: str) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+        self.log = log
+        self.path = path
+        self.stderr: deque[str] = deque(maxlen=STDERR_KEPT)
+        self._eof = asyncio.Event()
+        send_in, self.read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](
+            32
+        )
+        self.write_stream, receive_out = anyio.create_memory_object_stream[SessionMessage](32)
+        self._tasks = [
+            asyncio.create_task(self._pump_out(send_in)),
+            asyncio.create_task(self._pump_in(receive_out)),
+            asyncio.create_task(self._pump_err()),
+        ]
+
+    @classmethod
+    async def spawn(
+        cls,
+        command: str,
+        args: list[str],
+        env: dict[str, str],
+        cwd: str | None,
+        *,
+        log: Logger | None,
+        path: str,
+    ) -> ServerProcess:
+        """Start the server; :class:`OSError` when it cannot be started."""
+        proc = await asyncio.create_subprocess_exec(
+            command,
+            *args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=get_default_environment() | env,
+            cwd=cwd,
+            start_new_session=True,
+            limit=LINE_LIMIT,
+        )
+        return cls(proc, log, path)
+
+    async def _pump_out(self, sink: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
+        stdout = self.proc.stdout
+        assert stdout is not None
+        try:
+            async with sink:
+                while line := await stdout.readline():
+                    text = line.decode("utf-8", "replace").strip()
+                    if not text:
+                        continue
+                    try:
+                        message = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
+                    except ValueError:
+                        self._note("mcp_server_noise", line=text[:500])
+                        continue
+                    await sink.send(SessionMessage(message))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, ValueError, OSError):
+            pass
+        finally:
+            self._eof.set()
+
+    async def _pump_in(self, source: MemoryObjectReceiveStream[SessionMessage]) -> None:
+        stdin = self.proc.stdin
+        assert stdin is not None
+        with contextlib.suppress(
+            anyio.ClosedResourceError, anyio.EndOfStream, OSError, ConnectionError
+        ):
+            async with source:
+                async for message in source:
+                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    stdin.write(data.encode() + b"\n")
+                    await stdin.drain()
+
+    async def _pump_err(self) -> None:
+        stderr = self.proc.stderr
+        assert stderr is not None
+        with contextlib.suppress(ValueError, OSError):
+            while line := await stderr.readline():
+                text = line.decode("utf-8", "replace").rstrip()
+                if text:
+                    self.stderr.append(text)
+                    self._note("mcp_server_stderr", line=text[:500])
+
+    def _note(self, event: str, **fields: object) -> None:
+        if self.log is not None:
+            self.log.debug(event, cell=self.path, pid=self.pid, **fields)
+
+    async def ended(self, grace_s: float) -> str:
+        """Wait until the server is gone (it exited, or closed its stdout) and say how; after
+        a closed stdout the exit is awaited for ``grace_s``."""
+        exited = asyncio.ensure_future(self.proc.wait())
+        eof = asyncio.ensure_future(self._eof.wait())
+        try:
+            await asyncio.wait({exited, eof}, return_when=asyncio.FIRST_COMPLETED)
+            if not exited.done():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(grace_s):
+                        await asyncio.shield(exited)
+        finally:
+            eof.cancel()
+            if not exited.done():
+                exited.cancel()
+        text = describe_exit(self.proc.returncode, self.pid)
+        if self.stderr:
+            text += f"; its last stderr line: {self.stderr[-1][:300]}"
+        return text
+
+    async def stop(self, grace_ms: int) -> None:
+        """Close stdin, SIGTERM the group, SIGKILL it after ``grace_ms``; then reap."""
+        self.write_stream.close()
+        stdin = self.proc.stdin
+        if stdin is not None:
+            with contextlib.suppress(OSError):
+                stdin.close()
+        if self.proc.returncode is None:
+            self._signal(signal.SIGTERM)
+            try:
+                async with asyncio.timeout(grace_ms / 1000):
+                    await self.proc.wait()
+            except TimeoutError:
+                self._signal(signal.SIGKILL)
+        self._signal(signal.SIGKILL)  # whatever the server left behind in its group
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(2):
+                await self.proc.wait()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.read_stream.close()
+
+    def _signal(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
