@@ -32,14 +32,13 @@ from colony.dead_letters import DeadLetterCode
 from colony.effects import Delivery, Effects
 from colony.envelope import Envelope
 from colony.errors import BootError
-from colony.journal import SAMPLE, redelivered_sample
+from colony.journal import SAMPLE, dead_letter_entry, redelivered_sample
 from colony.observability import Logger
 from colony.persist.journal import JournalEntry
 from colony.persist.pg.claims import claim
 from colony.persist.pg.ownership import NodeNameTaken, Ownership
 from colony.persist.pg.writer import CLAIM_CHANNEL, scrub
 from colony.persist.writer import PersistenceError
-from colony.routing import dead_letter
 
 DRAIN_MAX_LEASES = 3
 """A partition being handed back is released after this many leases even if a chain in it is
@@ -280,13 +279,10 @@ class Member:
             await carrier.deliver_claimed(Delivery(entry.cell, entry.message, entry.sender))
             return True
         fx = Effects()
-        dead_letter(
+        dead_letter_entry(
             fx,
             code,
-            entry.sender,
-            entry.message.target,
-            entry.cell,
-            entry.message,
+            entry,
             "the journal held this message for a cell that is not in this node's tree or not "
             "active",
         )
