@@ -267,9 +267,27 @@ class Member:
         if epoch is None or partition in self.ownership.draining:
             return []
         conn = await self.ownership._connection()
-        entries = await claim(conn, self.node, partition, epoch)
+        entries = await claim(
+            conn,
+            self.node,
+            partition,
+            epoch,
+            dsn=self.dsn,
+            patience_s=self.config.lease_ms / 3000,  # the next renewal is due within a lease
+            lost=lambda exc: self._answer_lost(partition, exc),
+        )
         self.claimed += len(entries)
         return entries
+
+    def _answer_lost(self, partition: int, exc: BaseException) -> None:
+        self.log.warning(
+            "commit_answer_lost",
+            node=self.node,
+            partition=partition,
+            error=self._said(exc),
+            detail="the connection failed while committing a claim of the partition's journal "
+            "rows and the claim turned out committed; the rows it claimed are delivered",
+        )
 
     async def _carry(self, carrier: Carrier, entry: JournalEntry) -> bool:
         """A claimed message into its cell's mailbox (True), or, for a cell not here, a dead

@@ -31,6 +31,7 @@ from colony.envelope import Envelope
 from colony.persist.escape import storable_text
 from colony.persist.items import Commit, Execute, Piece, Unit
 from colony.persist.pg import schema
+from colony.persist.pg.txid import landed, with_xid
 from colony.persist.rows import Rows, describe
 from colony.persist.schema import (
     HANDLING_COLUMNS,
@@ -43,15 +44,9 @@ from colony.persist.writer import UnitFenced, Writer
 CLAIM_CHANNEL = "colony_claim"
 """LISTEN/NOTIFY channel: the payload is a partition that has unclaimed journal rows."""
 
-_FENCE = (
-    "SELECT x.xid, p.partition, p.epoch FROM (SELECT txid_current() AS xid) x "
-    "LEFT JOIN LATERAL (SELECT partition, epoch FROM cluster_partitions WHERE owner = %s "
-    "FOR SHARE) p ON TRUE"
-)
+_FENCE = with_xid("SELECT partition, epoch FROM cluster_partitions WHERE owner = %s FOR SHARE")
 """The fence's read (every partition this node owns, share-locked) and, in the same round
 trip, the transaction's id, to ask after a COMMIT whose answer was lost."""
-
-_STATUS = "SELECT txid_status(%s)"
 
 
 def fence_pairs(unit: Unit) -> set[tuple[int, int]]:
@@ -274,22 +269,11 @@ class PgWriter(Writer):
             )
 
     def _landed(self, xid: int) -> bool:
-        """Whether the transaction ``xid``, whose COMMIT got no answer, committed: the server
-        may have carried it out before the session ended (a session ended by a node taking
-        over, a network cut), and applying the batch again would journal every delivery
-        twice. Asked on a new session; while the old one may still be finishing it, asked
-        again, for as long as the server lets a session idle in a transaction. False when
-        the server cannot tell now (the batch is retried, as before)."""
-        deadline = time.monotonic() + self.idle_timeout_ms / 1000 + 1
-        while True:
-            try:
-                row = self._connection().execute(_STATUS, (xid,)).fetchone()
-            except Exception:
-                return False
-            status = None if row is None else row[0]
-            if status != "in progress" or time.monotonic() >= deadline:
-                return status == "committed"
-            time.sleep(0.05)
+        """Whether the transaction ``xid``, whose COMMIT got no answer, committed
+        (:mod:`colony.persist.pg.txid`): applied again, the batch would journal every delivery
+        twice. Asked on a new session, for as long as the server lets a session idle in a
+        transaction; when it cannot tell, the batch is retried."""
+        return landed(self._connection, xid, self.idle_timeout_ms / 1000 + 1)
 
     def _rows(self) -> Rows:
         return PgRows(self._epochs)
