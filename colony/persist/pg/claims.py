@@ -5,8 +5,8 @@ that does not own the partition (an ingress elsewhere) arrive unclaimed (NULL); 
 owner that lost the partition carry its old epoch. Both are the new owner's to run: on gaining
 a partition it claims every row (today's boot redelivery, per partition), and on a
 ``NOTIFY`` it claims the unclaimed ones. The claim is fenced like a unit: it runs only while
-the partition's row says this node owns it under that epoch, and holds that row ``FOR SHARE``
-until it commits.
+the partition's row says this node owns it under that epoch, and holds that row ``FOR KEY
+SHARE`` until it commits.
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ PAGE = 1000
 
 _FENCE = with_xid(
     "SELECT partition FROM cluster_partitions WHERE partition = %s AND owner = %s "
-    "AND epoch = %s FOR SHARE"
+    "AND epoch = %s FOR KEY SHARE"
 )
-"""The partition's row while this node owns it under the epoch, share-locked, and the
-transaction's id (see :mod:`colony.persist.pg.txid`)."""
+"""The partition's row while this node owns it under the epoch, locked as the writer's fence
+locks it (a takeover waits, a renewal does not), and the transaction's id (see
+:mod:`colony.persist.pg.txid`)."""
 
 
 async def claim(

@@ -7,6 +7,8 @@ process, which is all the database can tell apart (the daemons' processes are th
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -529,3 +531,51 @@ async def test_rows_of_a_claim_whose_commit_answer_is_lost_are_delivered_once(
             assert [line["partition"] for line in lost] == ([0] if lands else [])
         finally:
             await member.stop()
+
+
+@asynccontextmanager
+async def _writer_transaction_open(db: PgDb) -> AsyncIterator[None]:
+    """The writer's thread inside a transaction (its fence read, then a cell's SQL that waits)
+    for as long as the block runs: a slow commit, held still."""
+    inside, go_on = threading.Event(), threading.Event()
+
+    def hold(conn: Any) -> None:
+        inside.set()
+        go_on.wait(20)
+
+    held = db.execute(hold)
+    assert await asyncio.to_thread(inside.wait, 10)
+    try:
+        yield
+    finally:
+        go_on.set()
+        await held
+
+
+async def test_a_lease_renewal_does_not_wait_for_the_writers_transaction(
+    pg_schema: PgSchema,
+) -> None:
+    """The fence locks its partitions' rows FOR KEY SHARE, which an UPDATE of their lease
+    does not wait for (FOR SHARE made every renewal wait for the writer's commit)."""
+    async with node(pg_schema, "a") as (db, owner):
+        await owner.tick()
+        async with _writer_transaction_open(db):
+            started = time.monotonic()
+            changes = await asyncio.wait_for(owner.tick(), 5)
+            assert time.monotonic() - started < 1
+            assert not changes.lost
+            assert len(owner.owned) == P
+            await asyncio.wait_for(owner.release(3), 1)  # nor does a release
+
+
+async def test_a_partition_freed_during_a_writers_transaction_is_taken_only_after_it_ends(
+    pg_schema: PgSchema,
+) -> None:
+    """The fence's half that must hold: a takeover (FOR UPDATE) skips a partition whose row
+    the writer's transaction holds, so no unit commits under an epoch that changed."""
+    async with node(pg_schema, "a") as (db, owner_a), node(pg_schema, "b") as (_, owner_b):
+        await owner_a.tick()
+        async with _writer_transaction_open(db):
+            await owner_a.release(1)
+            assert (await owner_b.tick()).gained == {}
+        assert (await owner_b.tick()).gained == {1: 2}
