@@ -74,6 +74,13 @@ def redelivered_sample(head: Sequence[JournalEntry]) -> dict[str, Any]:
     }
 
 
+def dead_letter_entry(fx: Effects, code: DeadLetterCode, entry: JournalEntry, detail: str) -> None:
+    """Dead-letter a journal row whose cell cannot take it (``unresolved_path``: not in the
+    tree; ``cell_inactive``), into ``fx``: a colony's boot and a cluster's claim alike. The
+    row's cell is the resolved target, its message's target the original one."""
+    dead_letter(fx, code, entry.sender, entry.message.target, entry.cell, entry.message, detail)
+
+
 class Recipient(HasMailbox, Protocol):
     """A cell as redelivery sees it."""
 
@@ -218,13 +225,10 @@ class Journal:
         while page := await asyncio.to_thread(snapshot.page, cell, after):
             fx = Effects()
             for entry in page:
-                dead_letter(
+                dead_letter_entry(
                     fx,
                     code,
-                    entry.sender,
-                    entry.message.target,
-                    entry.cell,
-                    entry.message,
+                    entry,
                     "the journal held this message for a cell that is no longer in the tree "
                     "or no longer active",
                 )

@@ -32,14 +32,13 @@ from colony.dead_letters import DeadLetterCode
 from colony.effects import Delivery, Effects
 from colony.envelope import Envelope
 from colony.errors import BootError
-from colony.journal import SAMPLE, redelivered_sample
+from colony.journal import SAMPLE, dead_letter_entry, redelivered_sample
 from colony.observability import Logger
 from colony.persist.journal import JournalEntry
 from colony.persist.pg.claims import claim
 from colony.persist.pg.ownership import NodeNameTaken, Ownership
 from colony.persist.pg.writer import CLAIM_CHANNEL, scrub
 from colony.persist.writer import PersistenceError
-from colony.routing import dead_letter
 
 DRAIN_MAX_LEASES = 3
 """A partition being handed back is released after this many leases even if a chain in it is
@@ -268,9 +267,27 @@ class Member:
         if epoch is None or partition in self.ownership.draining:
             return []
         conn = await self.ownership._connection()
-        entries = await claim(conn, self.node, partition, epoch)
+        entries = await claim(
+            conn,
+            self.node,
+            partition,
+            epoch,
+            dsn=self.dsn,
+            patience_s=self.config.lease_ms / 3000,  # the next renewal is due within a lease
+            lost=lambda exc: self._answer_lost(partition, exc),
+        )
         self.claimed += len(entries)
         return entries
+
+    def _answer_lost(self, partition: int, exc: BaseException) -> None:
+        self.log.warning(
+            "commit_answer_lost",
+            node=self.node,
+            partition=partition,
+            error=self._said(exc),
+            detail="the connection failed while committing a claim of the partition's journal "
+            "rows and the claim turned out committed; the rows it claimed are delivered",
+        )
 
     async def _carry(self, carrier: Carrier, entry: JournalEntry) -> bool:
         """A claimed message into its cell's mailbox (True), or, for a cell not here, a dead
@@ -280,13 +297,10 @@ class Member:
             await carrier.deliver_claimed(Delivery(entry.cell, entry.message, entry.sender))
             return True
         fx = Effects()
-        dead_letter(
+        dead_letter_entry(
             fx,
             code,
-            entry.sender,
-            entry.message.target,
-            entry.cell,
-            entry.message,
+            entry,
             "the journal held this message for a cell that is not in this node's tree or not "
             "active",
         )

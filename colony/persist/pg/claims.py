@@ -5,53 +5,94 @@ that does not own the partition (an ingress elsewhere) arrive unclaimed (NULL); 
 owner that lost the partition carry its old epoch. Both are the new owner's to run: on gaining
 a partition it claims every row (today's boot redelivery, per partition), and on a
 ``NOTIFY`` it claims the unclaimed ones. The claim is fenced like a unit: it runs only while
-the partition's row says this node owns it under that epoch, and holds that row ``FOR SHARE``
-until it commits.
+the partition's row says this node owns it under that epoch, and holds that row ``FOR KEY
+SHARE`` until it commits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
 from colony.envelope import Envelope
 from colony.persist.journal import JournalEntry
+from colony.persist.pg.txid import landed_on, with_xid
+from colony.persist.pg.writer import pg_trouble
 
 PAGE = 1000
 """Rows claimed per statement, at most."""
 
+_FENCE = with_xid(
+    "SELECT partition FROM cluster_partitions WHERE partition = %s AND owner = %s "
+    "AND epoch = %s FOR KEY SHARE"
+)
+"""The partition's row while this node owns it under the epoch, locked as the writer's fence
+locks it (a takeover waits, a renewal does not), and the transaction's id (see
+:mod:`colony.persist.pg.txid`)."""
+
 
 async def claim(
-    conn: psycopg.AsyncConnection[Any], node: str, partition: int, epoch: int
+    conn: psycopg.AsyncConnection[Any],
+    node: str,
+    partition: int,
+    epoch: int,
+    *,
+    dsn: str,
+    patience_s: float,
+    lost: Callable[[BaseException], None] | None = None,
 ) -> list[JournalEntry]:
     """The partition's rows not yet claimed under ``epoch``, oldest first, now claimed; empty
-    when this node no longer owns the partition under that epoch."""
+    when this node no longer owns the partition under that epoch.
+
+    A COMMIT whose answer is lost is asked after on a new session of ``dsn`` (for at most
+    ``patience_s`` while the old one is still finishing): committed, the rows are this node's
+    and no later claim takes them again under ``epoch``, so they are returned (and ``lost``
+    told); not, the error is raised and a later claim takes them."""
+    await conn.execute("BEGIN")
+    try:
+        cur = await conn.execute(_FENCE, (partition, node, epoch))
+        row = await cur.fetchone()
+        xid = None if row is None else int(row[0])
+        out = [] if row is None or row[1] is None else await _take(conn, partition, epoch)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            if not (conn.closed or conn.broken):
+                await conn.execute("ROLLBACK")
+        raise
+    try:
+        await conn.execute("COMMIT")
+    except Exception as exc:
+        if xid is None or not pg_trouble(exc) or not await landed_on(dsn, xid, patience_s):
+            raise
+        if lost is not None:
+            lost(exc)
+    return out
+
+
+async def _take(
+    conn: psycopg.AsyncConnection[Any], partition: int, epoch: int
+) -> list[JournalEntry]:
+    """Claim the rows, a page a statement, inside the caller's transaction."""
     out: list[JournalEntry] = []
-    async with conn.transaction():
+    while True:
         cur = await conn.execute(
-            "SELECT 1 FROM cluster_partitions WHERE partition = %s AND owner = %s "
-            "AND epoch = %s FOR SHARE",
-            (partition, node, epoch),
+            "UPDATE journal SET epoch = %s WHERE seq IN (SELECT seq FROM journal "
+            "WHERE partition = %s AND epoch IS DISTINCT FROM %s ORDER BY seq LIMIT %s) "
+            "RETURNING seq, cell, sender, envelope, body",
+            (epoch, partition, epoch, PAGE),
         )
-        if await cur.fetchone() is None:
-            return []
-        while True:
-            cur = await conn.execute(
-                "UPDATE journal SET epoch = %s WHERE seq IN (SELECT seq FROM journal "
-                "WHERE partition = %s AND epoch IS DISTINCT FROM %s ORDER BY seq LIMIT %s) "
-                "RETURNING seq, cell, sender, envelope, body",
-                (epoch, partition, epoch, PAGE),
-            )
-            rows = await cur.fetchall()
-            for seq, cell, sender, envelope, body in rows:
-                doc = json.loads(envelope)
-                doc["body_payload"] = json.loads(body)
-                m = Envelope.from_json(doc)
-                m.partition, m.epoch = partition, epoch
-                out.append(JournalEntry(seq, cell, sender, m, len(envelope) + len(body) + 3))
-            if len(rows) < PAGE:
-                break
+        rows = await cur.fetchall()
+        for seq, cell, sender, envelope, body in rows:
+            doc = json.loads(envelope)
+            doc["body_payload"] = json.loads(body)
+            m = Envelope.from_json(doc)
+            m.partition, m.epoch = partition, epoch
+            out.append(JournalEntry(seq, cell, sender, m, len(envelope) + len(body) + 3))
+        if len(rows) < PAGE:
+            break
     out.sort(key=lambda e: e.seq)
     return out

@@ -129,6 +129,9 @@ class Ownership:
             # sessions first, or the take below would skip those rows for as long as it sleeps.
             await conn.execute(schema.FENCE_OUT, (self.node,))
             await conn.execute(schema.FORGET_GONE)
+            # FOR UPDATE below is the fence's other half: the one lock that waits for (here:
+            # skips) a row a writer's or a claim's transaction holds FOR KEY SHARE. Every
+            # change of epoch must take it; a plain UPDATE (a renewal, a release) does not wait.
             cur = await conn.execute(
                 "UPDATE cluster_partitions SET owner = %s, epoch = epoch + 1, "
                 "expires_at = now() + %s::interval, draining = FALSE WHERE partition IN ("

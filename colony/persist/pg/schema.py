@@ -268,7 +268,7 @@ FENCE_OUT = (
     "WHERE n.expires_at < now() AND s.node <> %s"
 )
 """End the server sessions of nodes whose lease expired. A node paused (SIGSTOP, a frozen VM)
-in the middle of a transaction holds its fence's share locks, and with them its partitions, for
+in the middle of a transaction holds its fence's row locks, and with them its partitions, for
 as long as the pause lasts: PostgreSQL's ``idle_in_transaction_session_timeout`` does not fire
 while a pipeline waits for its Sync. Sessions are named by pid and start time, so a pid the
 server reused for someone else's session is never hit."""

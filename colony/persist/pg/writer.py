@@ -3,13 +3,13 @@
 Everything about batches, isolation of a bad piece, outages and retries is the SQLite writer's
 (this module overrides only what speaks SQL). Two things are new:
 
-* **The fence.** Each transaction starts by reading, ``FOR SHARE``, the partitions this node
-  owns and their epochs. A unit made under an epoch that is no longer its partition's (the
+* **The fence.** Each transaction starts by reading, ``FOR KEY SHARE``, the partitions this
+  node owns and their epochs. A unit made under an epoch that is no longer its partition's (the
   node was paused or cut off past its lease and another node took the partition over) fails
   alone with :class:`UnitFenced`: nothing of it is written, nothing is dead-lettered (the new
-  owner runs the message from the journal), and ``unit_fenced`` is reported. The share lock
-  holds a takeover (an ``UPDATE`` of the row) until this transaction ends, so no unit commits
-  under an epoch that changed while it was being written.
+  owner runs the message from the journal), and ``unit_fenced`` is reported. The lock holds
+  a takeover (which locks the row ``FOR UPDATE``) until this transaction ends, so no unit
+  commits under an epoch that changed while it was being written; a renewal does not wait.
 * **Claims.** A delivery into a partition this node does not own (epoch None) is journalled
   unclaimed and its owner is woken by ``NOTIFY`` (:data:`CLAIM_CHANNEL`), sent at commit.
 
@@ -31,6 +31,7 @@ from colony.envelope import Envelope
 from colony.persist.escape import storable_text
 from colony.persist.items import Commit, Execute, Piece, Unit
 from colony.persist.pg import schema
+from colony.persist.pg.txid import landed, with_xid
 from colony.persist.rows import Rows, describe
 from colony.persist.schema import (
     HANDLING_COLUMNS,
@@ -43,15 +44,15 @@ from colony.persist.writer import UnitFenced, Writer
 CLAIM_CHANNEL = "colony_claim"
 """LISTEN/NOTIFY channel: the payload is a partition that has unclaimed journal rows."""
 
-_FENCE = (
-    "SELECT x.xid, p.partition, p.epoch FROM (SELECT txid_current() AS xid) x "
-    "LEFT JOIN LATERAL (SELECT partition, epoch FROM cluster_partitions WHERE owner = %s "
-    "FOR SHARE) p ON TRUE"
-)
-"""The fence's read (every partition this node owns, share-locked) and, in the same round
-trip, the transaction's id, to ask after a COMMIT whose answer was lost."""
+_FENCE = with_xid("SELECT partition, epoch FROM cluster_partitions WHERE owner = %s FOR KEY SHARE")
+"""The fence's read (every partition this node owns, locked) and, in the same round trip, the
+transaction's id, to ask after a COMMIT whose answer was lost.
 
-_STATUS = "SELECT txid_status(%s)"
+The lock is ``FOR KEY SHARE``, the weakest: it holds off a takeover, which changes a row's
+epoch only after locking it ``FOR UPDATE`` (:mod:`colony.persist.pg.ownership`), and nothing
+else. A renewal (an ``UPDATE`` of ``expires_at``) or a release does not wait for it; under
+``FOR SHARE`` every renewal of this node waited for the writer's transaction in progress, so
+slow commits delayed the leases and could cost the node its partitions."""
 
 
 def fence_pairs(unit: Unit) -> set[tuple[int, int]]:
@@ -230,7 +231,7 @@ class PgWriter(Writer):
         self.idle_timeout_ms = idle_timeout_ms
         """The server ends this connection's session when it sits in a transaction this long:
         a node paused (SIGSTOP, a VM frozen) mid-transaction would otherwise hold the fence's
-        share lock, and with it its partitions, for as long as the pause lasts."""
+        row lock, and with it its partitions, for as long as the pause lasts."""
         super().__init__(None, items)
         self._epochs: dict[int, int] = {}
         self._xid: int | None = None
@@ -274,22 +275,11 @@ class PgWriter(Writer):
             )
 
     def _landed(self, xid: int) -> bool:
-        """Whether the transaction ``xid``, whose COMMIT got no answer, committed: the server
-        may have carried it out before the session ended (a session ended by a node taking
-        over, a network cut), and applying the batch again would journal every delivery
-        twice. Asked on a new session; while the old one may still be finishing it, asked
-        again, for as long as the server lets a session idle in a transaction. False when
-        the server cannot tell now (the batch is retried, as before)."""
-        deadline = time.monotonic() + self.idle_timeout_ms / 1000 + 1
-        while True:
-            try:
-                row = self._connection().execute(_STATUS, (xid,)).fetchone()
-            except Exception:
-                return False
-            status = None if row is None else row[0]
-            if status != "in progress" or time.monotonic() >= deadline:
-                return status == "committed"
-            time.sleep(0.05)
+        """Whether the transaction ``xid``, whose COMMIT got no answer, committed
+        (:mod:`colony.persist.pg.txid`): applied again, the batch would journal every delivery
+        twice. Asked on a new session, for as long as the server lets a session idle in a
+        transaction; when it cannot tell, the batch is retried."""
+        return landed(self._connection, xid, self.idle_timeout_ms / 1000 + 1)
 
     def _rows(self) -> Rows:
         return PgRows(self._epochs)

@@ -17,7 +17,10 @@ from typing import Any
 import psycopg
 
 from colony.cell import CellClass, CellSpec, CellType
-from colony.envelope import Envelope
+from colony.effects import Delivery
+from colony.envelope import Envelope, source_message
+from colony.persist.items import Unit
+from colony.persist.pg.db import PgDb
 from colony.testing import ColonyHarness
 from tests.pg import PgSchema
 from tests.processes import eventually
@@ -141,4 +144,27 @@ async def test_a_stopped_nodes_partitions_and_their_journal_go_to_the_other(
         for i in range(10):
             await a.send("/first", _said(f"after {i}"), context={"chat_id": f"c{i}"})
         await _until(lambda: len(a.captured("/sink")) == 10)
+        assert _journal(pg_schema) == 0
+
+
+async def test_a_claimed_row_for_a_cell_not_in_the_tree_is_dead_lettered_not_lost(
+    tmp_path: Path, pg_schema: PgSchema
+) -> None:
+    tree = _tree(tmp_path)
+    # journalled unclaimed, as another node's ingress would, for a cell this tree lacks
+    left = source_message("/main/gone", _said("left"))
+    left.partition, left.epoch = 3, None
+    left.target = "gone"  # as addressed, relative to its sender
+    db = await asyncio.to_thread(PgDb, pg_schema.dsn, "x", P, 3000, "context.chat_id")
+    try:
+        await db.commit(Unit(deliveries=[Delivery("/main/gone", left, "/main/first")]))
+    finally:
+        await asyncio.to_thread(db.close)
+    async with _harness(tree, tmp_path, pg_schema, "a", 3000) as a:
+        letters = await a.dead_letters("unresolved_path")
+        found = [
+            (d.message_id, d.sender_path, d.original_target, d.resolved_target) for d in letters
+        ]
+        assert found == [(left.id, "/main/first", "gone", "/main/gone")]
+        assert a.logs("journal_redelivered")[0]["dead_lettered"] == 1
         assert _journal(pg_schema) == 0

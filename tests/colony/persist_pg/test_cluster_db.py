@@ -7,6 +7,8 @@ process, which is all the database can tell apart (the daemons' processes are th
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -217,12 +219,13 @@ async def test_the_owner_claims_unclaimed_and_stale_rows_in_journal_order(
         async with node(pg_schema, "b", lease_ms=1000) as (_, owner_b):
             gained = await owner_b.tick()
             conn = await psycopg.AsyncConnection.connect(pg_schema.dsn, autocommit=True)
+            ask: Any = {"dsn": pg_schema.dsn, "patience_s": 1.0}
             try:
-                entries = await claim(conn, "b", 2, gained.gained[2])
+                entries = await claim(conn, "b", 2, gained.gained[2], **ask)
                 assert [e.message.body["text"] for e in entries] == ["a's own", "from elsewhere"]
                 assert {(e.message.partition, e.message.epoch) for e in entries} == {(2, 2)}
-                assert await claim(conn, "b", 2, gained.gained[2]) == []  # claimed once
-                assert await claim(conn, "a", 2, 1) == []  # a's ownership ended: no claim
+                assert await claim(conn, "b", 2, gained.gained[2], **ask) == []  # claimed once
+                assert await claim(conn, "a", 2, 1, **ask) == []  # a's ownership ended
             finally:
                 await conn.close()
 
@@ -311,10 +314,12 @@ async def test_rows_claimed_before_a_failed_claim_are_still_delivered(
         member = Member(config, pg_schema.dsn, "b", list_logger([]))
         from colony.persist.pg.claims import claim as real
 
-        async def failing(conn: object, node_name: str, partition: int, epoch: int) -> object:
+        async def failing(
+            conn: object, node_name: str, partition: int, epoch: int, **kw: Any
+        ) -> object:
             if partition == 2:
                 raise psycopg.OperationalError("the server went away")
-            return await real(conn, node_name, partition, epoch)  # type: ignore[arg-type]
+            return await real(conn, node_name, partition, epoch, **kw)  # type: ignore[arg-type]
 
         monkeypatch.setattr(member_module, "claim", failing)
         got: list[str] = []
@@ -456,3 +461,121 @@ async def test_a_commit_whose_answer_is_lost_is_applied_once(
             (1,)
         ]
         assert ("commit_answer_lost" in events) is lands
+
+
+class _ClaimAnswerLost:
+    """A member's async lease connection whose next COMMIT (a claim's: the leases' statements
+    run in autocommit) is lost on the way back, as in :class:`_CommitAnswerLost`."""
+
+    def __init__(self, conn: Any, *, lands: bool) -> None:
+        self._conn = conn
+        self._lands = lands
+        self.armed = True
+
+    async def execute(self, sql: Any, *args: Any, **kw: Any) -> Any:
+        if self.armed and sql == "COMMIT":
+            self.armed = False
+            if self._lands:
+                await self._conn.execute(sql)
+            await self._conn.close()
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return await self._conn.execute(sql, *args, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+@pytest.mark.parametrize("lands", [True, False], ids=["committed", "not committed"])
+async def test_rows_of_a_claim_whose_commit_answer_is_lost_are_delivered_once(
+    pg_schema: PgSchema, lands: bool
+) -> None:
+    """Committed, the claimed rows carry this node's epoch and no later sweep takes them
+    again: they are delivered now. Not committed, the next round claims them."""
+    from colony.cluster.member import Member
+    from colony.config.models import ClusterConfig
+    from colony.observability import list_logger
+
+    logs: list[dict[str, Any]] = []
+    async with node(pg_schema, "a") as (db, _):
+        sent = [f"p{p}-{n}" for p in range(P) for n in range(2)]
+        for text in sent:
+            await db.commit(delivery(message(int(text[1]), None, text)))
+        member = Member(
+            ClusterConfig(dsn=pg_schema.dsn, partitions=P), pg_schema.dsn, "b", list_logger(logs)
+        )
+        got: list[str] = []
+
+        class Carrier:
+            def refusal(self, cell: str) -> None:
+                return None
+
+            async def deliver_claimed(self, d: Delivery) -> None:
+                got.append(d.message.body["text"])
+
+            async def dead_letter_claimed(self, entry: object, fx: object) -> None:
+                raise AssertionError("nothing is dead here")
+
+        try:
+            ownership = member.ownership
+            ownership._conn = _ClaimAnswerLost(  # type: ignore[assignment]
+                await ownership._connection(), lands=lands
+            )
+            try:
+                await member._round(Carrier())
+            except psycopg.OperationalError:
+                assert not lands
+                await member._round(Carrier())
+            assert sorted(got) == sent
+            assert select(pg_schema, "SELECT count(*) FROM journal WHERE epoch IS NULL") == [(0,)]
+            lost = [line for line in logs if line["event"] == "commit_answer_lost"]
+            assert [line["partition"] for line in lost] == ([0] if lands else [])
+        finally:
+            await member.stop()
+
+
+@asynccontextmanager
+async def _writer_transaction_open(db: PgDb) -> AsyncIterator[None]:
+    """The writer's thread inside a transaction (its fence read, then a cell's SQL that waits)
+    for as long as the block runs: a slow commit, held still."""
+    inside, go_on = threading.Event(), threading.Event()
+
+    def hold(conn: Any) -> None:
+        inside.set()
+        go_on.wait(20)
+
+    held = db.execute(hold)
+    assert await asyncio.to_thread(inside.wait, 10)
+    try:
+        yield
+    finally:
+        go_on.set()
+        await held
+
+
+async def test_a_lease_renewal_does_not_wait_for_the_writers_transaction(
+    pg_schema: PgSchema,
+) -> None:
+    """The fence locks its partitions' rows FOR KEY SHARE, which an UPDATE of their lease
+    does not wait for (FOR SHARE made every renewal wait for the writer's commit)."""
+    async with node(pg_schema, "a") as (db, owner):
+        await owner.tick()
+        async with _writer_transaction_open(db):
+            started = time.monotonic()
+            changes = await asyncio.wait_for(owner.tick(), 5)
+            assert time.monotonic() - started < 1
+            assert not changes.lost
+            assert len(owner.owned) == P
+            await asyncio.wait_for(owner.release(3), 1)  # nor does a release
+
+
+async def test_a_partition_freed_during_a_writers_transaction_is_taken_only_after_it_ends(
+    pg_schema: PgSchema,
+) -> None:
+    """The fence's half that must hold: a takeover (FOR UPDATE) skips a partition whose row
+    the writer's transaction holds, so no unit commits under an epoch that changed."""
+    async with node(pg_schema, "a") as (db, owner_a), node(pg_schema, "b") as (_, owner_b):
+        await owner_a.tick()
+        async with _writer_transaction_open(db):
+            await owner_a.release(1)
+            assert (await owner_b.tick()).gained == {}
+        assert (await owner_b.tick()).gained == {1: 2}
