@@ -267,11 +267,18 @@ def _replace(folder: int, name: str, data: bytes, info: os.stat_result, shown: s
 
 def _keep_owner(fd: int, info: os.stat_result) -> None:
     """Give the new file the original's owner and group where the cell may (root may; anyone
-    may pick a group they belong to); otherwise they are the cell's own."""
+    may pick a group they belong to); otherwise they are the cell's own. The group is tried
+    alone when the pair is refused: a cell that may not give the file away may still keep a
+    group it belongs to, and a shared project folder lives on its group."""
     mine = os.fstat(fd)
-    if (mine.st_uid, mine.st_gid) != (info.st_uid, info.st_gid):
-        with contextlib.suppress(PermissionError):
-            os.fchown(fd, info.st_uid, info.st_gid)
+    if (mine.st_uid, mine.st_gid) == (info.st_uid, info.st_gid):
+        return
+    try:
+        os.fchown(fd, info.st_uid, info.st_gid)
+    except PermissionError:
+        if mine.st_gid != info.st_gid:
+            with contextlib.suppress(PermissionError):
+                os.fchown(fd, -1, info.st_gid)
 
 
 def _reason(exc: OSError) -> str:

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import importlib
 import json
 import os
+import shutil
 import stat
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +108,56 @@ def insert_args(path: str, line: int, content: str) -> dict[str, Any]:
 
 def leftovers(folder: Path) -> list[str]:
     return sorted(name for name in os.listdir(folder) if name.startswith(".edit-"))
+
+
+NOBODY = 65534
+SHARED_GROUP = 4242
+as_root_only = pytest.mark.skipif(os.geteuid() != 0, reason="dropping privileges needs root")
+
+
+@pytest.fixture
+def open_base() -> Iterator[Path]:
+    """A base folder an unprivileged uid can reach (``tmp_path`` lies under a 0700 folder of
+    root's), owned by :data:`NOBODY` so a cell running as that uid may write in it."""
+    top = Path(tempfile.mkdtemp(prefix="edit-unprivileged-"))
+    try:
+        top.chmod(0o755)
+        root = top / "base"
+        root.mkdir()
+        os.chown(root, NOBODY, NOBODY)
+        yield root
+    finally:
+        shutil.rmtree(top)
+
+
+def ask_as(uid: int, gid: int, groups: list[int], base: Path, args: Any) -> dict[str, Any]:
+    """The cell's answer to ``args``, asked in a forked child that first drops to ``uid``,
+    ``gid`` and the supplementary ``groups``: the cell as a non-root service runs it."""
+    importlib.import_module("concurrent.futures.thread")  # lazy; the uid may not read it later
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        status = 1
+        try:
+            os.close(reader)
+            os.setgroups(groups)
+            os.setgid(gid)
+            os.setuid(uid)
+            answer = json.dumps(asyncio.run(ask(base, args))).encode()
+            status = 0
+        except BaseException:
+            answer = traceback.format_exc().encode()
+        finally:
+            while answer:
+                answer = answer[os.write(writer, answer) :]
+            os._exit(status)
+    os.close(writer)
+    with os.fdopen(reader, "rb") as answer_pipe:
+        answer = answer_pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, answer.decode()
+    content: dict[str, Any] = json.loads(answer)
+    return content
 
 
 # -- find_replace -----------------------------------------------------------------------------
@@ -464,6 +518,25 @@ async def test_an_edit_keeps_the_permission_bits_whatever_the_umask(base: Path, 
     finally:
         os.umask(old)
     assert stat.S_IMODE((base / "notes.md").stat().st_mode) == mode
+
+
+@as_root_only
+def test_a_cell_that_may_not_keep_the_owner_still_keeps_a_group_it_belongs_to(
+    open_base: Path,
+) -> None:
+    shared = open_base / "shared.txt"
+    shared.write_text("one\n")
+    os.chown(shared, 0, SHARED_GROUP)
+    shared.chmod(0o664)
+    header, _ = ok(
+        ask_as(NOBODY, NOBODY, [SHARED_GROUP], open_base, replace_args("shared.txt", "one", "1"))
+    )
+    assert header["matches_changed"] == 1
+    after = shared.stat()
+    assert shared.read_text() == "1\n"
+    assert (after.st_uid, after.st_gid) == (NOBODY, SHARED_GROUP)  # the owner is the cell's
+    assert stat.S_IMODE(after.st_mode) == 0o664
+    assert leftovers(open_base) == []
 
 
 async def test_an_edit_replaces_the_file_by_rename_so_an_open_reader_keeps_the_old_text(
