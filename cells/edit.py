@@ -379,13 +379,18 @@ async def _to_the_end(
     call: _EditCall,
 ) -> tuple[str, int, int]:
     """``work`` in a worker thread. A cancelled caller (the colony's backstop) still waits for
-    the thread, which cannot be stopped: the file's lock must cover the write until it ends."""
+    the thread, which cannot be stopped: the file's lock must cover the write until it ends.
+    That holds however often it is cancelled meanwhile; the first cancellation is raised once
+    the thread is done."""
     task = asyncio.ensure_future(asyncio.to_thread(work, base, real, call))
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
-        with contextlib.suppress(Exception):
-            await task
+        while not task.done():
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.shield(task)
+        if not task.cancelled():
+            task.exception()  # seen: the caller is gone, and asyncio should not report it
         raise
 
 

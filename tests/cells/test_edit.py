@@ -753,6 +753,41 @@ async def test_a_cancelled_edit_holds_its_file_until_its_thread_ends(
     assert (base / "notes.md").read_text() == "1 2 1 three 1\n"
 
 
+async def test_an_edit_cancelled_twice_still_holds_its_file_until_its_thread_ends(
+    base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = threading.Event()
+    finished = threading.Event()
+    started = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    edit = edit_module._edit
+
+    def gated(base_path: str, real: str, job: _EditCall) -> tuple[str, int, int]:
+        loop.call_soon_threadsafe(started.set)
+        release.wait(5)
+        try:
+            return edit(base_path, real, job)
+        finally:
+            finished.set()
+
+    monkeypatch.setattr(edit_module, "_edit", gated)
+    cell = make_cell(base)
+    first = asyncio.ensure_future(ask(cell, replace_args("notes.md", "one", "1")))
+    await started.wait()
+    first.cancel()
+    await asyncio.sleep(0.1)
+    first.cancel()  # the backstop, or a shutdown, asking again
+    await asyncio.sleep(0.1)
+    assert not first.done()  # still waiting for the thread ...
+    assert len(cell.locks) == 1  # ... and holding the file for it
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert finished.is_set()  # the cancellation came out only after the thread ended
+    assert len(cell.locks) == 0
+    assert (base / "notes.md").read_text() == "1 two 1 three 1\n"
+
+
 # -- properties -------------------------------------------------------------------------------
 
 TEXTS = st.text(alphabet="ab\n€x", max_size=40)
