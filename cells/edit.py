@@ -183,8 +183,20 @@ def _checked(base: str, call: _EditCall) -> str:
     return real
 
 
-def _edit(base: str, real: str, call: _EditCall) -> tuple[str, int, int]:
-    """Edit ``real``: the status sentence, the matches changed and the new size in bytes."""
+@dataclass(frozen=True, slots=True)
+class _Done:
+    """What an edit that happened reports."""
+
+    status: str
+    changed: int
+    size: int
+    unsynced: str | None = None
+    """Why syncing the folder after the rename failed; ``None`` when the edit is durable."""
+
+
+def _edit(base: str, real: str, call: _EditCall) -> _Done:
+    """Edit ``real``: the status sentence, the matches changed, the new size in bytes and
+    whether the rename reached the disk."""
     try:
         folder, name = open_parent(base, real)
     except OSError as exc:
@@ -193,10 +205,10 @@ def _edit(base: str, real: str, call: _EditCall) -> tuple[str, int, int]:
         text, info = _read(folder, name, call.path)
         new, changed, status = _APPLY[call.op](text, call)
         data = new.encode("utf-8")
-        _replace(folder, name, data, info, call.path)
+        unsynced = _replace(folder, name, data, info, call.path)
     finally:
         os.close(folder)
-    return status, changed, len(data)
+    return _Done(status, changed, len(data), unsynced)
 
 
 def _read(folder: int, name: str, shown: str) -> tuple[str, os.stat_result]:
@@ -228,10 +240,12 @@ def _read(folder: int, name: str, shown: str) -> tuple[str, os.stat_result]:
         ) from None
 
 
-def _replace(folder: int, name: str, data: bytes, info: os.stat_result, shown: str) -> None:
+def _replace(folder: int, name: str, data: bytes, info: os.stat_result, shown: str) -> str | None:
     """Put ``data`` in place of ``name`` atomically: a synced temporary file in the same folder,
     with the original's permission bits, renamed over it; then the folder synced. A failure
-    before the rename removes the temporary file and leaves the original as it was."""
+    before the rename removes the temporary file and leaves the original as it was (raised).
+    A failed folder sync comes after the edit happened, so it is not an error: its reason is
+    returned (``None`` when the sync worked)."""
     temp = f".edit-{secrets.token_hex(8)}.tmp"
     mode = stat.S_IMODE(info.st_mode)
     try:
@@ -258,11 +272,8 @@ def _replace(folder: int, name: str, data: bytes, info: os.stat_result, shown: s
     try:
         os.fsync(folder)
     except OSError as exc:
-        raise OpError(
-            "io_error",
-            f"{shown} was edited, but syncing its folder failed ({_reason(exc)}): the edit may "
-            "not survive a crash",
-        ) from None
+        return _reason(exc)
+    return None
 
 
 def _keep_owner(fd: int, info: os.stat_result) -> None:
@@ -344,17 +355,35 @@ class EditCell:
         try:
             real = await asyncio.to_thread(_checked, self.base, call)
             async with self.locks.hold(real):
-                status, changed, size = await _to_the_end(_edit, self.base, real, call)
+                done = await _to_the_end(_edit, self.base, real, call)
         except OpError as exc:
             return self._error(call.op, exc.code, str(exc), call_id, started)
         header: JsonObject = {
             "operation": call.op,
-            "matches_changed": changed,
-            "bytes": size,
+            "matches_changed": done.changed,
+            "bytes": done.size,
             "duration_ms": _ms(started),
         }
-        if self.log is not None:
-            self.log.debug("edit_ok", cell=self.path, operation=call.op, matches_changed=changed)
+        status = done.status
+        if done.unsynced is not None:
+            # The edit happened: an error here would make a retrying agent edit twice.
+            header["durable"] = False
+            status += (
+                f"; syncing the folder failed ({done.unsynced}), so the edit may not survive "
+                "a crash"
+            )
+            if self.log is not None:
+                self.log.warning(
+                    "edit_not_durable",
+                    cell=self.path,
+                    operation=call.op,
+                    path=call.path,
+                    reason=f"folder fsync failed: {done.unsynced}",
+                )
+        elif self.log is not None:
+            self.log.debug(
+                "edit_ok", cell=self.path, operation=call.op, matches_changed=done.changed
+            )
         return tool_result(status, call_id, header)
 
     def _error(
@@ -373,11 +402,11 @@ class EditCell:
 
 
 async def _to_the_end(
-    work: Callable[[str, str, _EditCall], tuple[str, int, int]],
+    work: Callable[[str, str, _EditCall], _Done],
     base: str,
     real: str,
     call: _EditCall,
-) -> tuple[str, int, int]:
+) -> _Done:
     """``work`` in a worker thread. A cancelled caller (the colony's backstop) still waits for
     the thread, which cannot be stopped: the file's lock must cover the write until it ends.
     That holds however often it is cancelled meanwhile; the first cancellation is raised once

@@ -28,6 +28,7 @@ from cells.edit import EDIT, EditCell, _EditCall, find_replace, insert_at_line, 
 from colony.cell import ParamProblem
 from colony.config.loader import load_tree
 from colony.envelope import source_message
+from colony.observability import list_logger
 from colony.testing import ColonyHarness, spec_for
 from colony.validate import validate
 from tests.conftest import CONTRACT, TreeFactory, hive
@@ -648,19 +649,41 @@ async def test_a_folder_that_refuses_the_temp_file_leaves_the_original(
     assert leftovers(base) == []
 
 
-async def test_a_failed_folder_sync_after_the_rename_says_the_edit_happened(
+async def test_a_failed_folder_sync_after_the_rename_is_a_result_marked_not_durable(
     base: Path, failing: Callable[[str, int, int], None]
 ) -> None:
+    events: list[dict[str, Any]] = []
     cell = make_cell(base)
+    cell.log = list_logger(events)
     failing("fsync", 2, errno.EIO)  # the first syncs the new file, the second its folder
-    _op, code, text = error_of(await ask(cell, replace_args("notes.md", "one", "1")))
-    assert code == "io_error"
+    header, text = ok(await ask(cell, replace_args("notes.md", "one", "1")))
+    assert header == {
+        "operation": "find_replace",
+        "matches_changed": 3,  # the edit happened: a retry must not make it again
+        "bytes": len("1 two 1 three 1\n"),
+        "durable": False,
+        "duration_ms": header["duration_ms"],
+    }
     assert text == (
-        "notes.md was edited, but syncing its folder failed (input/output error): the edit may "
-        "not survive a crash"
+        "3 occurrences replaced in notes.md; syncing the folder failed (input/output error), "
+        "so the edit may not survive a crash"
     )
     assert (base / "notes.md").read_text() == "1 two 1 three 1\n"
     assert leftovers(base) == []
+    [line] = [event for event in events if event["level"] != "debug"]
+    assert line["level"] == "warning"
+    assert {key: line[key] for key in ("event", "cell", "operation", "path", "reason")} == {
+        "event": "edit_not_durable",
+        "cell": "/edit",
+        "operation": "find_replace",
+        "path": "notes.md",
+        "reason": "folder fsync failed: input/output error",
+    }
+
+
+async def test_a_durable_edit_carries_no_durable_key(base: Path) -> None:
+    header, _ = ok(await ask(base, insert_args("notes.md", 1, "x")))
+    assert "durable" not in header
 
 
 # -- one file, many calls ---------------------------------------------------------------------
@@ -731,7 +754,7 @@ async def test_a_cancelled_edit_holds_its_file_until_its_thread_ends(
     loop = asyncio.get_running_loop()
     edit = edit_module._edit
 
-    def gated(base_path: str, real: str, job: _EditCall) -> tuple[str, int, int]:
+    def gated(base_path: str, real: str, job: _EditCall) -> edit_module._Done:
         entered.append(job.find)
         loop.call_soon_threadsafe(started.set)
         if job.find == "one":
@@ -762,7 +785,7 @@ async def test_an_edit_cancelled_twice_still_holds_its_file_until_its_thread_end
     loop = asyncio.get_running_loop()
     edit = edit_module._edit
 
-    def gated(base_path: str, real: str, job: _EditCall) -> tuple[str, int, int]:
+    def gated(base_path: str, real: str, job: _EditCall) -> edit_module._Done:
         loop.call_soon_threadsafe(started.set)
         release.wait(5)
         try:
