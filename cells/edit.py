@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -43,7 +44,7 @@ from colony.observability import Logger
 __all__ = ["EDIT", "EditCell", "EditParams"]
 
 _OPS = ("find_replace", "insert_at_line")
-_READ_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC | os.O_NONBLOCK
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -212,14 +213,28 @@ def _edit(base: str, real: str, call: _EditCall) -> _Done:
 
 
 def _read(folder: int, name: str, shown: str) -> tuple[str, os.stat_result]:
-    """The text of ``name`` in ``folder`` and its stat. Opened for writing as well: a file the
-    cell may not write is refused here, not replaced anyway through the folder."""
+    """The text of ``name`` in ``folder`` and its stat.
+
+    Its type is looked at before anything is opened: a device node or a FIFO is never opened
+    at all. A file the cell may not write is refused here, not replaced anyway through the
+    folder; the check asks the kernel (with the cell's effective ids) instead of opening the
+    file for writing, so the file is opened read-only and a watcher sees no close-after-write
+    for every edit tried."""
+    try:
+        seen = os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except OSError as exc:
+        raise failure(exc, shown) from None
+    for kind, code in ((stat.S_ISLNK, errno.ELOOP), (stat.S_ISDIR, errno.EISDIR)):
+        if kind(seen.st_mode):  # answered as opening it would be (a link: swapped since)
+            raise failure(OSError(code, os.strerror(code)), shown)
+    if not stat.S_ISREG(seen.st_mode):
+        raise OpError("not_a_file", f"{shown} is not a regular file")
+    if not os.access(name, os.W_OK, dir_fd=folder, effective_ids=True):
+        raise _denied(shown)
     try:
         fd = os.open(name, _READ_FLAGS, dir_fd=folder)
     except PermissionError:
-        raise OpError(
-            "io_error", f"permission denied: {shown} (an edit must read and write it)"
-        ) from None
+        raise _denied(shown) from None
     except OSError as exc:
         raise failure(exc, shown) from None
     try:
@@ -238,6 +253,10 @@ def _read(folder: int, name: str, shown: str) -> tuple[str, os.stat_result]:
         raise OpError(
             "io_error", f"{shown} is not valid UTF-8 (byte {exc.start}); edit works on text files"
         ) from None
+
+
+def _denied(shown: str) -> OpError:
+    return OpError("io_error", f"permission denied: {shown} (an edit must read and write it)")
 
 
 def _replace(folder: int, name: str, data: bytes, info: os.stat_result, shown: str) -> str | None:

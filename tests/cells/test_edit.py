@@ -4,6 +4,7 @@ write and the per-file lock."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import importlib
 import json
@@ -404,6 +405,56 @@ async def test_a_file_that_is_not_utf8_is_io_error_naming_it(base: Path) -> None
     assert (op, code) == ("find_replace", "io_error")
     assert text == "blob.bin is not valid UTF-8 (byte 3); edit works on text files"
     assert (base / "blob.bin").read_bytes() == b"ok\n\xff\xfe"
+
+
+def spy_on_opens(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """Every ``os.open`` from now on, as (path, flags)."""
+    opened: list[tuple[str, int]] = []
+    real_open = os.open
+
+    def spy(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        opened.append((os.fspath(path), flags))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", spy)
+    return opened
+
+
+async def test_the_file_is_opened_read_only_and_only_once_it_is_known_to_be_regular(
+    base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    os.mkfifo(base / "pipe")
+    odd = ["pipe"]
+    with contextlib.suppress(PermissionError):  # a container may forbid device nodes
+        os.mknod(base / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        odd.append("null")
+    cell = make_cell(base)
+    opened = spy_on_opens(monkeypatch)
+    for name in odd:
+        result = error_of(await ask(cell, replace_args(name, "a", "b")))
+        assert result == ("find_replace", "not_a_file", f"{name} is not a regular file")
+    ok(await ask(cell, replace_args("notes.md", "one", "1")))
+    [(_, flags)] = [(path, flags) for path, flags in opened if path in [*odd, "notes.md"]]
+    assert flags & os.O_ACCMODE == os.O_RDONLY  # no close-after-write for watchers to see
+    assert flags & os.O_NOFOLLOW
+    assert (base / "notes.md").read_text() == "1 two 1 three 1\n"
+
+
+@as_root_only
+def test_a_file_a_non_root_cell_may_not_write_is_refused_not_replaced(open_base: Path) -> None:
+    locked = open_base / "locked.md"
+    locked.write_text("one\n")
+    locked.chmod(0o644)  # root's: readable by the cell, not writable; its folder is the cell's
+    before = locked.stat()
+    answer = ask_as(NOBODY, NOBODY, [], open_base, replace_args("locked.md", "one", "1"))
+    assert error_of(answer) == (
+        "find_replace",
+        "io_error",
+        "permission denied: locked.md (an edit must read and write it)",
+    )
+    assert locked.read_text() == "one\n"
+    assert locked.stat().st_ino == before.st_ino
+    assert leftovers(open_base) == []
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes a read-only file anyway")
