@@ -149,10 +149,19 @@ def find_replace(text: str, call: _EditCall) -> tuple[str, int, str]:
     return text.replace(call.find, call.replace), count, status
 
 
+_BOM = "\ufeff"
+
+
 def insert_at_line(text: str, call: _EditCall) -> tuple[str, int, str]:
     """The new text with ``call.content`` before line ``call.line`` (1-based), closed by one
     ``\\n`` unless it is empty or has one. A file whose last line has no ``\\n`` keeps it that
-    way: content put after that line (``line`` = lines + 1) continues it."""
+    way: content put after that line (``line`` = lines + 1) continues it.
+
+    Two marks of the file are kept: a UTF-8 byte order mark stays the file's first character
+    (content for line 1 goes after it), and in a CRLF file (its first line ends in ``\\r\\n``)
+    the closing line end added to the content is ``\\r\\n``."""
+    bom = _BOM if text.startswith(_BOM) else ""
+    text = text[len(bom) :]
     lines = lines_of(text)
     if not 1 <= call.line <= len(lines) + 1:
         raise OpError(
@@ -162,9 +171,9 @@ def insert_at_line(text: str, call: _EditCall) -> tuple[str, int, str]:
         )
     content = call.content
     if content and not content.endswith("\n"):
-        content += "\n"
+        content += "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
     index = call.line - 1
-    new = "".join(lines[:index]) + content + "".join(lines[index:])
+    new = bom + "".join(lines[:index]) + content + "".join(lines[index:])
     added = _plural(content.count("\n"), "line")
     status = f"{added} inserted at line {call.line} of {call.path}"
     return new, 1, status

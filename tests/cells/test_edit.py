@@ -250,7 +250,15 @@ async def test_a_long_pattern_is_cut_short_in_the_error_sentence(base: Path) -> 
         ("", 1, "X", "X\n"),
         ("a\nb", 2, "X", "a\nX\nb"),  # the missing final newline is left alone ...
         ("a\nb", 3, "X", "a\nbX\n"),  # ... so appending continues the last line (meclaw)
-        ("a\r\nb\r\n", 2, "X", "a\r\nX\nb\r\n"),  # only \n ends a line
+        ("a\rb\n", 2, "X", "a\rb\nX\n"),  # only \n ends a line
+        ("a\r\nb\r\n", 2, "X", "a\r\nX\r\nb\r\n"),  # a CRLF file's content closes with CRLF
+        ("a\r\nb\r\n", 3, "X\nY", "a\r\nb\r\nX\nY\r\n"),  # only the closing end added
+        ("a\r\nb\r\n", 1, "X\n", "X\na\r\nb\r\n"),  # content with its own end: as given
+        ("a\nb\r\n", 2, "X", "a\nX\nb\r\n"),  # the first line says what the file is
+        ("\ufeffa\nb\n", 1, "X", "\ufeffX\na\nb\n"),  # a BOM stays first
+        ("\ufeffa\r\n", 1, "X", "\ufeffX\r\na\r\n"),
+        ("\ufeffa\nb\n", 3, "X", "\ufeffa\nb\nX\n"),
+        ("\ufeff", 1, "X", "\ufeffX\n"),
         ("a\x0cb\n", 2, "X", "a\x0cb\nX\n"),
     ],
 )
