@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -43,7 +44,7 @@ from colony.observability import Logger
 __all__ = ["EDIT", "EditCell", "EditParams"]
 
 _OPS = ("find_replace", "insert_at_line")
-_READ_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC | os.O_NONBLOCK
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -148,10 +149,19 @@ def find_replace(text: str, call: _EditCall) -> tuple[str, int, str]:
     return text.replace(call.find, call.replace), count, status
 
 
+_BOM = "\ufeff"
+
+
 def insert_at_line(text: str, call: _EditCall) -> tuple[str, int, str]:
     """The new text with ``call.content`` before line ``call.line`` (1-based), closed by one
     ``\\n`` unless it is empty or has one. A file whose last line has no ``\\n`` keeps it that
-    way: content put after that line (``line`` = lines + 1) continues it."""
+    way: content put after that line (``line`` = lines + 1) continues it.
+
+    Two marks of the file are kept: a UTF-8 byte order mark stays the file's first character
+    (content for line 1 goes after it), and in a CRLF file (its first line ends in ``\\r\\n``)
+    the closing line end added to the content is ``\\r\\n``."""
+    bom = _BOM if text.startswith(_BOM) else ""
+    text = text[len(bom) :]
     lines = lines_of(text)
     if not 1 <= call.line <= len(lines) + 1:
         raise OpError(
@@ -161,9 +171,9 @@ def insert_at_line(text: str, call: _EditCall) -> tuple[str, int, str]:
         )
     content = call.content
     if content and not content.endswith("\n"):
-        content += "\n"
+        content += "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
     index = call.line - 1
-    new = "".join(lines[:index]) + content + "".join(lines[index:])
+    new = bom + "".join(lines[:index]) + content + "".join(lines[index:])
     added = _plural(content.count("\n"), "line")
     status = f"{added} inserted at line {call.line} of {call.path}"
     return new, 1, status
@@ -183,8 +193,20 @@ def _checked(base: str, call: _EditCall) -> str:
     return real
 
 
-def _edit(base: str, real: str, call: _EditCall) -> tuple[str, int, int]:
-    """Edit ``real``: the status sentence, the matches changed and the new size in bytes."""
+@dataclass(frozen=True, slots=True)
+class _Done:
+    """What an edit that happened reports."""
+
+    status: str
+    changed: int
+    size: int
+    unsynced: str | None = None
+    """Why syncing the folder after the rename failed; ``None`` when the edit is durable."""
+
+
+def _edit(base: str, real: str, call: _EditCall) -> _Done:
+    """Edit ``real``: the status sentence, the matches changed, the new size in bytes and
+    whether the rename reached the disk."""
     try:
         folder, name = open_parent(base, real)
     except OSError as exc:
@@ -193,21 +215,35 @@ def _edit(base: str, real: str, call: _EditCall) -> tuple[str, int, int]:
         text, info = _read(folder, name, call.path)
         new, changed, status = _APPLY[call.op](text, call)
         data = new.encode("utf-8")
-        _replace(folder, name, data, info, call.path)
+        unsynced = _replace(folder, name, data, info, call.path)
     finally:
         os.close(folder)
-    return status, changed, len(data)
+    return _Done(status, changed, len(data), unsynced)
 
 
 def _read(folder: int, name: str, shown: str) -> tuple[str, os.stat_result]:
-    """The text of ``name`` in ``folder`` and its stat. Opened for writing as well: a file the
-    cell may not write is refused here, not replaced anyway through the folder."""
+    """The text of ``name`` in ``folder`` and its stat.
+
+    Its type is looked at before anything is opened: a device node or a FIFO is never opened
+    at all. A file the cell may not write is refused here, not replaced anyway through the
+    folder; the check asks the kernel (with the cell's effective ids) instead of opening the
+    file for writing, so the file is opened read-only and a watcher sees no close-after-write
+    for every edit tried."""
+    try:
+        seen = os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except OSError as exc:
+        raise failure(exc, shown) from None
+    for kind, code in ((stat.S_ISLNK, errno.ELOOP), (stat.S_ISDIR, errno.EISDIR)):
+        if kind(seen.st_mode):  # answered as opening it would be (a link: swapped since)
+            raise failure(OSError(code, os.strerror(code)), shown)
+    if not stat.S_ISREG(seen.st_mode):
+        raise OpError("not_a_file", f"{shown} is not a regular file")
+    if not os.access(name, os.W_OK, dir_fd=folder, effective_ids=True):
+        raise _denied(shown)
     try:
         fd = os.open(name, _READ_FLAGS, dir_fd=folder)
     except PermissionError:
-        raise OpError(
-            "io_error", f"permission denied: {shown} (an edit must read and write it)"
-        ) from None
+        raise _denied(shown) from None
     except OSError as exc:
         raise failure(exc, shown) from None
     try:
@@ -228,10 +264,16 @@ def _read(folder: int, name: str, shown: str) -> tuple[str, os.stat_result]:
         ) from None
 
 
-def _replace(folder: int, name: str, data: bytes, info: os.stat_result, shown: str) -> None:
+def _denied(shown: str) -> OpError:
+    return OpError("io_error", f"permission denied: {shown} (an edit must read and write it)")
+
+
+def _replace(folder: int, name: str, data: bytes, info: os.stat_result, shown: str) -> str | None:
     """Put ``data`` in place of ``name`` atomically: a synced temporary file in the same folder,
     with the original's permission bits, renamed over it; then the folder synced. A failure
-    before the rename removes the temporary file and leaves the original as it was."""
+    before the rename removes the temporary file and leaves the original as it was (raised).
+    A failed folder sync comes after the edit happened, so it is not an error: its reason is
+    returned (``None`` when the sync worked)."""
     temp = f".edit-{secrets.token_hex(8)}.tmp"
     mode = stat.S_IMODE(info.st_mode)
     try:
@@ -258,20 +300,24 @@ def _replace(folder: int, name: str, data: bytes, info: os.stat_result, shown: s
     try:
         os.fsync(folder)
     except OSError as exc:
-        raise OpError(
-            "io_error",
-            f"{shown} was edited, but syncing its folder failed ({_reason(exc)}): the edit may "
-            "not survive a crash",
-        ) from None
+        return _reason(exc)
+    return None
 
 
 def _keep_owner(fd: int, info: os.stat_result) -> None:
     """Give the new file the original's owner and group where the cell may (root may; anyone
-    may pick a group they belong to); otherwise they are the cell's own."""
+    may pick a group they belong to); otherwise they are the cell's own. The group is tried
+    alone when the pair is refused: a cell that may not give the file away may still keep a
+    group it belongs to, and a shared project folder lives on its group."""
     mine = os.fstat(fd)
-    if (mine.st_uid, mine.st_gid) != (info.st_uid, info.st_gid):
-        with contextlib.suppress(PermissionError):
-            os.fchown(fd, info.st_uid, info.st_gid)
+    if (mine.st_uid, mine.st_gid) == (info.st_uid, info.st_gid):
+        return
+    try:
+        os.fchown(fd, info.st_uid, info.st_gid)
+    except PermissionError:
+        if mine.st_gid != info.st_gid:
+            with contextlib.suppress(PermissionError):
+                os.fchown(fd, -1, info.st_gid)
 
 
 def _reason(exc: OSError) -> str:
@@ -337,17 +383,35 @@ class EditCell:
         try:
             real = await asyncio.to_thread(_checked, self.base, call)
             async with self.locks.hold(real):
-                status, changed, size = await _to_the_end(_edit, self.base, real, call)
+                done = await _to_the_end(_edit, self.base, real, call)
         except OpError as exc:
             return self._error(call.op, exc.code, str(exc), call_id, started)
         header: JsonObject = {
             "operation": call.op,
-            "matches_changed": changed,
-            "bytes": size,
+            "matches_changed": done.changed,
+            "bytes": done.size,
             "duration_ms": _ms(started),
         }
-        if self.log is not None:
-            self.log.debug("edit_ok", cell=self.path, operation=call.op, matches_changed=changed)
+        status = done.status
+        if done.unsynced is not None:
+            # The edit happened: an error here would make a retrying agent edit twice.
+            header["durable"] = False
+            status += (
+                f"; syncing the folder failed ({done.unsynced}), so the edit may not survive "
+                "a crash"
+            )
+            if self.log is not None:
+                self.log.warning(
+                    "edit_not_durable",
+                    cell=self.path,
+                    operation=call.op,
+                    path=call.path,
+                    reason=f"folder fsync failed: {done.unsynced}",
+                )
+        elif self.log is not None:
+            self.log.debug(
+                "edit_ok", cell=self.path, operation=call.op, matches_changed=done.changed
+            )
         return tool_result(status, call_id, header)
 
     def _error(
@@ -366,19 +430,24 @@ class EditCell:
 
 
 async def _to_the_end(
-    work: Callable[[str, str, _EditCall], tuple[str, int, int]],
+    work: Callable[[str, str, _EditCall], _Done],
     base: str,
     real: str,
     call: _EditCall,
-) -> tuple[str, int, int]:
+) -> _Done:
     """``work`` in a worker thread. A cancelled caller (the colony's backstop) still waits for
-    the thread, which cannot be stopped: the file's lock must cover the write until it ends."""
+    the thread, which cannot be stopped: the file's lock must cover the write until it ends.
+    That holds however often it is cancelled meanwhile; the first cancellation is raised once
+    the thread is done."""
     task = asyncio.ensure_future(asyncio.to_thread(work, base, real, call))
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
-        with contextlib.suppress(Exception):
-            await task
+        while not task.done():
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.shield(task)
+        if not task.cancelled():
+            task.exception()  # seen: the caller is gone, and asyncio should not report it
         raise
 
 

@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 
+import cells.edit as edit_module
+import cells.file as file_module
 from cells import boundary
 from cells.boundary import OpError, climbs_out, inside, open_parent, open_under, resolve
 from cells.edit import EDIT
 from cells.file import FILE
+from colony.cell import PydanticCheck
 
 
 @pytest.fixture
@@ -104,9 +107,19 @@ def test_the_walk_refuses_a_middle_folder_that_became_a_link(fenced: Path) -> No
 
 
 def test_file_and_edit_share_one_fence_and_one_params_check() -> None:
-    assert FILE.check_params is not None
-    assert EDIT.check_params is not None
     file_check = FILE.check_params
     edit_check = EDIT.check_params
+    assert isinstance(file_check, PydanticCheck)
+    assert isinstance(edit_check, PydanticCheck)
+    # The very objects of cells/boundary.py, not copies that answer alike today and drift later.
+    assert file_check._extra is edit_check._extra is boundary.check_base
+    assert issubclass(file_check.model, boundary.BasePathParams)
+    assert issubclass(edit_check.model, boundary.BasePathParams)
+    file_uses, edit_uses = vars(file_module), vars(edit_module)  # what each module's code calls
+    assert file_uses["resolve"] is edit_uses["resolve"] is boundary.resolve
+    assert file_uses["_open_under"] is boundary.open_under
+    assert edit_uses["open_parent"] is boundary.open_parent
+    assert file_uses["_failure"] is edit_uses["failure"] is boundary.failure
+    assert file_uses["OpError"] is edit_uses["OpError"] is boundary.OpError
     for params in ({"base_path": "rel"}, {"base_path": "/nonexistent/dir"}, {}):
         assert file_check(params, None) == edit_check(params, None)

@@ -4,13 +4,18 @@ write and the per-file lock."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
+import importlib
 import json
 import os
+import shutil
 import stat
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +29,7 @@ from cells.edit import EDIT, EditCell, _EditCall, find_replace, insert_at_line, 
 from colony.cell import ParamProblem
 from colony.config.loader import load_tree
 from colony.envelope import source_message
+from colony.observability import list_logger
 from colony.testing import ColonyHarness, spec_for
 from colony.validate import validate
 from tests.conftest import CONTRACT, TreeFactory, hive
@@ -104,6 +110,56 @@ def insert_args(path: str, line: int, content: str) -> dict[str, Any]:
 
 def leftovers(folder: Path) -> list[str]:
     return sorted(name for name in os.listdir(folder) if name.startswith(".edit-"))
+
+
+NOBODY = 65534
+SHARED_GROUP = 4242
+as_root_only = pytest.mark.skipif(os.geteuid() != 0, reason="dropping privileges needs root")
+
+
+@pytest.fixture
+def open_base() -> Iterator[Path]:
+    """A base folder an unprivileged uid can reach (``tmp_path`` lies under a 0700 folder of
+    root's), owned by :data:`NOBODY` so a cell running as that uid may write in it."""
+    top = Path(tempfile.mkdtemp(prefix="edit-unprivileged-"))
+    try:
+        top.chmod(0o755)
+        root = top / "base"
+        root.mkdir()
+        os.chown(root, NOBODY, NOBODY)
+        yield root
+    finally:
+        shutil.rmtree(top)
+
+
+def ask_as(uid: int, gid: int, groups: list[int], base: Path, args: Any) -> dict[str, Any]:
+    """The cell's answer to ``args``, asked in a forked child that first drops to ``uid``,
+    ``gid`` and the supplementary ``groups``: the cell as a non-root service runs it."""
+    importlib.import_module("concurrent.futures.thread")  # lazy; the uid may not read it later
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        status = 1
+        try:
+            os.close(reader)
+            os.setgroups(groups)
+            os.setgid(gid)
+            os.setuid(uid)
+            answer = json.dumps(asyncio.run(ask(base, args))).encode()
+            status = 0
+        except BaseException:
+            answer = traceback.format_exc().encode()
+        finally:
+            while answer:
+                answer = answer[os.write(writer, answer) :]
+            os._exit(status)
+    os.close(writer)
+    with os.fdopen(reader, "rb") as answer_pipe:
+        answer = answer_pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, answer.decode()
+    content: dict[str, Any] = json.loads(answer)
+    return content
 
 
 # -- find_replace -----------------------------------------------------------------------------
@@ -194,7 +250,15 @@ async def test_a_long_pattern_is_cut_short_in_the_error_sentence(base: Path) -> 
         ("", 1, "X", "X\n"),
         ("a\nb", 2, "X", "a\nX\nb"),  # the missing final newline is left alone ...
         ("a\nb", 3, "X", "a\nbX\n"),  # ... so appending continues the last line (meclaw)
-        ("a\r\nb\r\n", 2, "X", "a\r\nX\nb\r\n"),  # only \n ends a line
+        ("a\rb\n", 2, "X", "a\rb\nX\n"),  # only \n ends a line
+        ("a\r\nb\r\n", 2, "X", "a\r\nX\r\nb\r\n"),  # a CRLF file's content closes with CRLF
+        ("a\r\nb\r\n", 3, "X\nY", "a\r\nb\r\nX\nY\r\n"),  # only the closing end added
+        ("a\r\nb\r\n", 1, "X\n", "X\na\r\nb\r\n"),  # content with its own end: as given
+        ("a\nb\r\n", 2, "X", "a\nX\nb\r\n"),  # the first line says what the file is
+        ("\ufeffa\nb\n", 1, "X", "\ufeffX\na\nb\n"),  # a BOM stays first
+        ("\ufeffa\r\n", 1, "X", "\ufeffX\r\na\r\n"),
+        ("\ufeffa\nb\n", 3, "X", "\ufeffa\nb\nX\n"),
+        ("\ufeff", 1, "X", "\ufeffX\n"),
         ("a\x0cb\n", 2, "X", "a\x0cb\nX\n"),
     ],
 )
@@ -351,6 +415,56 @@ async def test_a_file_that_is_not_utf8_is_io_error_naming_it(base: Path) -> None
     assert (base / "blob.bin").read_bytes() == b"ok\n\xff\xfe"
 
 
+def spy_on_opens(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """Every ``os.open`` from now on, as (path, flags)."""
+    opened: list[tuple[str, int]] = []
+    real_open = os.open
+
+    def spy(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        opened.append((os.fspath(path), flags))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", spy)
+    return opened
+
+
+async def test_the_file_is_opened_read_only_and_only_once_it_is_known_to_be_regular(
+    base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    os.mkfifo(base / "pipe")
+    odd = ["pipe"]
+    with contextlib.suppress(PermissionError):  # a container may forbid device nodes
+        os.mknod(base / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        odd.append("null")
+    cell = make_cell(base)
+    opened = spy_on_opens(monkeypatch)
+    for name in odd:
+        result = error_of(await ask(cell, replace_args(name, "a", "b")))
+        assert result == ("find_replace", "not_a_file", f"{name} is not a regular file")
+    ok(await ask(cell, replace_args("notes.md", "one", "1")))
+    [(_, flags)] = [(path, flags) for path, flags in opened if path in [*odd, "notes.md"]]
+    assert flags & os.O_ACCMODE == os.O_RDONLY  # no close-after-write for watchers to see
+    assert flags & os.O_NOFOLLOW
+    assert (base / "notes.md").read_text() == "1 two 1 three 1\n"
+
+
+@as_root_only
+def test_a_file_a_non_root_cell_may_not_write_is_refused_not_replaced(open_base: Path) -> None:
+    locked = open_base / "locked.md"
+    locked.write_text("one\n")
+    locked.chmod(0o644)  # root's: readable by the cell, not writable; its folder is the cell's
+    before = locked.stat()
+    answer = ask_as(NOBODY, NOBODY, [], open_base, replace_args("locked.md", "one", "1"))
+    assert error_of(answer) == (
+        "find_replace",
+        "io_error",
+        "permission denied: locked.md (an edit must read and write it)",
+    )
+    assert locked.read_text() == "one\n"
+    assert locked.stat().st_ino == before.st_ino
+    assert leftovers(open_base) == []
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes a read-only file anyway")
 async def test_a_file_the_cell_may_not_write_is_refused_not_replaced(base: Path) -> None:
     (base / "notes.md").chmod(0o444)
@@ -466,6 +580,25 @@ async def test_an_edit_keeps_the_permission_bits_whatever_the_umask(base: Path, 
     assert stat.S_IMODE((base / "notes.md").stat().st_mode) == mode
 
 
+@as_root_only
+def test_a_cell_that_may_not_keep_the_owner_still_keeps_a_group_it_belongs_to(
+    open_base: Path,
+) -> None:
+    shared = open_base / "shared.txt"
+    shared.write_text("one\n")
+    os.chown(shared, 0, SHARED_GROUP)
+    shared.chmod(0o664)
+    header, _ = ok(
+        ask_as(NOBODY, NOBODY, [SHARED_GROUP], open_base, replace_args("shared.txt", "one", "1"))
+    )
+    assert header["matches_changed"] == 1
+    after = shared.stat()
+    assert shared.read_text() == "1\n"
+    assert (after.st_uid, after.st_gid) == (NOBODY, SHARED_GROUP)  # the owner is the cell's
+    assert stat.S_IMODE(after.st_mode) == 0o664
+    assert leftovers(open_base) == []
+
+
 async def test_an_edit_replaces_the_file_by_rename_so_an_open_reader_keeps_the_old_text(
     base: Path,
 ) -> None:
@@ -575,19 +708,41 @@ async def test_a_folder_that_refuses_the_temp_file_leaves_the_original(
     assert leftovers(base) == []
 
 
-async def test_a_failed_folder_sync_after_the_rename_says_the_edit_happened(
+async def test_a_failed_folder_sync_after_the_rename_is_a_result_marked_not_durable(
     base: Path, failing: Callable[[str, int, int], None]
 ) -> None:
+    events: list[dict[str, Any]] = []
     cell = make_cell(base)
+    cell.log = list_logger(events)
     failing("fsync", 2, errno.EIO)  # the first syncs the new file, the second its folder
-    _op, code, text = error_of(await ask(cell, replace_args("notes.md", "one", "1")))
-    assert code == "io_error"
+    header, text = ok(await ask(cell, replace_args("notes.md", "one", "1")))
+    assert header == {
+        "operation": "find_replace",
+        "matches_changed": 3,  # the edit happened: a retry must not make it again
+        "bytes": len("1 two 1 three 1\n"),
+        "durable": False,
+        "duration_ms": header["duration_ms"],
+    }
     assert text == (
-        "notes.md was edited, but syncing its folder failed (input/output error): the edit may "
-        "not survive a crash"
+        "3 occurrences replaced in notes.md; syncing the folder failed (input/output error), "
+        "so the edit may not survive a crash"
     )
     assert (base / "notes.md").read_text() == "1 two 1 three 1\n"
     assert leftovers(base) == []
+    [line] = [event for event in events if event["level"] != "debug"]
+    assert line["level"] == "warning"
+    assert {key: line[key] for key in ("event", "cell", "operation", "path", "reason")} == {
+        "event": "edit_not_durable",
+        "cell": "/edit",
+        "operation": "find_replace",
+        "path": "notes.md",
+        "reason": "folder fsync failed: input/output error",
+    }
+
+
+async def test_a_durable_edit_carries_no_durable_key(base: Path) -> None:
+    header, _ = ok(await ask(base, insert_args("notes.md", 1, "x")))
+    assert "durable" not in header
 
 
 # -- one file, many calls ---------------------------------------------------------------------
@@ -658,7 +813,7 @@ async def test_a_cancelled_edit_holds_its_file_until_its_thread_ends(
     loop = asyncio.get_running_loop()
     edit = edit_module._edit
 
-    def gated(base_path: str, real: str, job: _EditCall) -> tuple[str, int, int]:
+    def gated(base_path: str, real: str, job: _EditCall) -> edit_module._Done:
         entered.append(job.find)
         loop.call_soon_threadsafe(started.set)
         if job.find == "one":
@@ -678,6 +833,41 @@ async def test_a_cancelled_edit_holds_its_file_until_its_thread_ends(
     with pytest.raises(asyncio.CancelledError):
         await first
     assert (base / "notes.md").read_text() == "1 2 1 three 1\n"
+
+
+async def test_an_edit_cancelled_twice_still_holds_its_file_until_its_thread_ends(
+    base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = threading.Event()
+    finished = threading.Event()
+    started = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    edit = edit_module._edit
+
+    def gated(base_path: str, real: str, job: _EditCall) -> edit_module._Done:
+        loop.call_soon_threadsafe(started.set)
+        release.wait(5)
+        try:
+            return edit(base_path, real, job)
+        finally:
+            finished.set()
+
+    monkeypatch.setattr(edit_module, "_edit", gated)
+    cell = make_cell(base)
+    first = asyncio.ensure_future(ask(cell, replace_args("notes.md", "one", "1")))
+    await started.wait()
+    first.cancel()
+    await asyncio.sleep(0.1)
+    first.cancel()  # the backstop, or a shutdown, asking again
+    await asyncio.sleep(0.1)
+    assert not first.done()  # still waiting for the thread ...
+    assert len(cell.locks) == 1  # ... and holding the file for it
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert finished.is_set()  # the cancellation came out only after the thread ended
+    assert len(cell.locks) == 0
+    assert (base / "notes.md").read_text() == "1 two 1 three 1\n"
 
 
 # -- properties -------------------------------------------------------------------------------
