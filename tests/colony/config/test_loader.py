@@ -218,7 +218,8 @@ def test_an_unknown_cell_type_is_refused_listing_the_known_ones(make_tree: TreeF
     assert (d.code, d.pointer) == ("unknown_cell_type", "cell.type")
     assert d.hint is not None
     assert "did you mean 'web_fetch'?" in d.hint
-    assert "bash, code, file, hive, llm, proxy, store, timer, web_fetch, web_search" in d.hint
+    known = "bash, code, edit, file, hive, llm, mcp, proxy, store, subcolony, timer, web_fetch, web_search"
+    assert known in d.hint
 
 
 def test_a_meclaw_type_this_daemon_lacks_is_named_as_such(make_tree: TreeFactory) -> None:
