@@ -332,6 +332,15 @@ def test_validate_refuses_turn_id_as_a_context_in_target(
     assert "user_id" in message
 
 
+def test_validate_takes_max_concurrency_as_a_subcolony_param(
+    make_tree: TreeFactory, tmp_path: Path
+) -> None:
+    assert validated(make_tree, {"root": str(tmp_path), "max_concurrency": 8}) == []
+    [(severity, _, message)] = validated(make_tree, {"root": str(tmp_path), "max_concurrency": 0})
+    assert severity is Severity.ERROR
+    assert "at least 1" in message
+
+
 def test_validate_warns_about_a_misspelt_param_with_the_likely_one(
     make_tree: TreeFactory, tmp_path: Path
 ) -> None:
