@@ -43,9 +43,10 @@ from colony.ids import uuid7
 __all__ = ["CHAIN_VARIABLE", "ChildGoneError", "SubcolonyCell"]
 
 CHAIN_VARIABLE = "MECLAW_SUBCOLONY_ROOTS"
-"""The roots of the child colonies above a child (``os.pathsep``-joined), set for every child:
-a tree whose subcolony starts a colony already running above it refuses to boot it, instead of
-starting colonies without end."""
+"""The roots of the colonies above a child, the topmost (which runs without it) first and the
+child's own last (``os.pathsep``-joined), set for every child: a subcolony whose root is one of
+them, or the root of its own colony, refuses to boot it, instead of starting colonies without
+end."""
 LATE_KEPT = 1024
 """Answered turn ids remembered, so a second frame for a request is not taken as unsolicited."""
 
@@ -55,6 +56,22 @@ Answer = tuple[str, Any]
 
 class ChildGoneError(Exception):
     """The child colony ended after its boot (the cell restarts with a new one)."""
+
+
+def _chain(spec: CellSpec) -> list[str]:
+    """The roots a child must not have: those the daemon was started with
+    (``MECLAW_SUBCOLONY_ROOTS``, set when this colony is itself a child) and this colony's own
+    tree root, so a tree whose subcolony points at itself is refused before a second copy runs.
+
+    The tree root is the cell's folder less one folder per path segment, and one more for the
+    root node's folder (every segment of a colony path is one folder below the root's)."""
+    above = [r for r in os.environ.get(CHAIN_VARIABLE, "").split(os.pathsep) if r]
+    if spec.folder is not None:
+        depth = len([part for part in spec.path.split("/") if part])
+        own = str(Path(spec.folder).absolute().parents[depth].resolve())
+        if own not in above:
+            above.append(own)
+    return above
 
 
 def _error(code: str, detail: str) -> JsonObject:
@@ -81,6 +98,8 @@ class SubcolonyCell:
         self.log = spec.log
         self.birth = birth
         self.root = resolve_root(birth.root, spec.folder)
+        self.chain = _chain(spec)
+        """The roots of this colony and of those above it: a child at one of them is refused."""
         self.state_dir: Path | None = None
         """Where the child keeps its state when this colony's state is outside its tree."""
         if spec.state is not None and spec.folder is not None and spec.state != spec.folder:
@@ -120,14 +139,13 @@ class SubcolonyCell:
         p = self.params
         env = {key: os.environ[key] for key in p.env_passthrough if key in os.environ}
         env.update(p.env)
-        above = [r for r in os.environ.get(CHAIN_VARIABLE, "").split(os.pathsep) if r]
-        if str(self.root) in above:
+        if str(self.root) in self.chain:
             raise BootFailedError(
                 "subcolony_unavailable",
-                f"root {self.root} is a colony already running above this one; starting it "
-                "again would start colonies without end",
+                f"root {self.root} is this colony or one already running above it; starting "
+                "it again would start colonies without end",
             )
-        env[CHAIN_VARIABLE] = os.pathsep.join([*above, str(self.root)])
+        env[CHAIN_VARIABLE] = os.pathsep.join([*self.chain, str(self.root)])
         if p.command is None:
             argv = [sys.executable, "-P", "-m", "colony"]
         else:

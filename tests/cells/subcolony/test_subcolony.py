@@ -96,6 +96,54 @@ async def test_a_path_inside_the_child_tree_is_not_routable_from_the_parent(
     assert [d.error_code for d in letters] == ["unresolved_path"]
 
 
+async def test_a_subcolony_whose_root_is_its_own_colony_is_refused_at_once(
+    make_tree: TreeFactory,
+) -> None:
+    tree = parent_tree(root="../..")  # main/child -> the tree's root
+    async with ColonyHarness(make_tree(tree), capture=["/sink"]) as colony:
+        await colony.send("/child", user("hi"))
+        await colony.settle()
+        [error] = colony.captured("/sink")
+        [failure] = colony.logs("subcolony_boot_failed")
+        started = colony.logs("subcolony_ready")
+    assert error.headers.hop["error_code"] == "subcolony_unavailable"
+    assert f"root {colony.root.resolve()} is this colony" in error.body["messages"][0]["text"]
+    assert failure["error_code"] == "subcolony_unavailable"
+    assert started == []
+
+
+async def test_a_subcolony_pointing_back_at_the_colony_above_is_refused_in_the_child(
+    make_tree: TreeFactory, tmp_path: Path
+) -> None:
+    """A -> B -> A: B, started by A, refuses to start A again (no third colony runs)."""
+    b_root = tmp_path / "colony-b"
+    (b_root / "main" / "back").mkdir(parents=True)
+    (b_root / "colony.json").write_text('{"schema_version": 1}')
+    (b_root / "main" / "config.json").write_text(
+        json.dumps(
+            hive(
+                {"from": ".", "to": "./back", "condition": "!has(hop.subcolony_event)"},
+                {"from": "./back", "to": "."},
+            )
+        )
+    )
+    work = tmp_path / "work"
+    a_root = work / "colony"  # where the harness copies A's tree to run it
+    back = {"root": str(a_root), "kill_grace_ms": 500}
+    (b_root / "main" / "back" / "config.json").write_text(
+        json.dumps({"cell": {"type": "subcolony"}, "params": back, "contract": CONTRACT})
+    )
+    a_tree = make_tree(parent_tree(root=str(b_root), kill_grace_ms=2000))
+    async with ColonyHarness(a_tree, capture=["/sink"], workdir=work) as colony:
+        await colony.send("/child", user("hi"))
+        await colony.settle()
+        [answer] = colony.captured("/sink")
+        ready = colony.logs("subcolony_ready")
+    [text] = [turn["text"] for turn in answer.body["messages"]]
+    assert f"root {a_root.resolve()} is this colony or one already running above it" in text
+    assert len(ready) == 1  # A's child B; B never started a copy of A
+
+
 # -- crossing: trace, ttl, context, environment ---------------------------------------------------
 
 
