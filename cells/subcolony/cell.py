@@ -11,7 +11,7 @@ handles concurrently), paired with their replies by ``turn_id``.
 
 A boot that cannot succeed (the program is missing, it speaks another protocol, it never says
 ``ready``) leaves the cell up, answering every request with that error: restarting would fail
-the same way. A child that dies after its boot fails the requests in flight with
+the same way. A params update (any, even ``{"params": {}}``) boots it again. A child that dies after its boot fails the requests in flight with
 ``subcolony_gone``, then the I/O loop raises, so the cell restarts (a new child) under its
 restart limit.
 """
@@ -117,6 +117,8 @@ class SubcolonyCell:
         """Set once the boot ended, ready or not."""
         self.unusable: tuple[str, str] | None = None
         """The boot failure every request is answered with (the cell stays up)."""
+        self._retry = asyncio.Event()
+        """Set by a params update after a boot failure: boot again."""
         self.gone: str | None = None
         """Why requests can no longer cross (the child ended, or the cell is closing)."""
         self.pending: dict[str, asyncio.Future[Answer]] = {}
@@ -168,28 +170,19 @@ class SubcolonyCell:
 
     async def run(self, ctx: CellContext) -> None:
         self._ctx = ctx
-        try:
-            if not self.root.is_dir():
-                raise BootFailedError(
-                    "subcolony_unavailable", f"root {self.root} is not an existing directory"
-                )
-            child = await ChildColony.start(
-                self.launch(), self.params.boot_timeout_ms / 1000, self._child_log
-            )
-        except BootFailedError as failure:
-            self.unusable = (failure.code, failure.detail)
-            self.ready.set()
-            if self.io is not None:
-                self.io.failed(failure.code, failure.detail)
+        child = await self._boot()
+        while child is None:  # up, refusing: a restart would fail the same way
+            await self._retry.wait()
+            self._retry.clear()
+            self.unusable = None
+            self.ready.clear()
             self._log(
-                "error",
-                "subcolony_boot_failed",
-                error_code=failure.code,
-                detail=f"{failure.detail}; every request is answered with {failure.code} "
-                "until the cell is restarted (revive it or restart the daemon)",
+                "info",
+                "subcolony_boot_retried",
+                detail="a params update came after the boot failed: the child colony is "
+                "started again",
             )
-            await asyncio.Event().wait()  # up, refusing: a restart would fail the same way
-            return
+            child = await self._boot()
         self.child = child
         self.ready.set()
         if self.io is not None:
@@ -205,6 +198,32 @@ class SubcolonyCell:
         self._fail_pending("subcolony_gone", detail)
         self._log("error", "subcolony_gone", pid=child.pid, detail=f"{detail}; the cell restarts")
         raise ChildGoneError(detail)
+
+    async def _boot(self) -> ChildColony | None:
+        """A child that said ``ready``, or None when it cannot boot (the reason is then
+        :attr:`unusable`, and every request is answered with it until a retry)."""
+        try:
+            if not self.root.is_dir():
+                raise BootFailedError(
+                    "subcolony_unavailable", f"root {self.root} is not an existing directory"
+                )
+            return await ChildColony.start(
+                self.launch(), self.params.boot_timeout_ms / 1000, self._child_log
+            )
+        except BootFailedError as failure:
+            self.unusable = (failure.code, failure.detail)
+            self.ready.set()
+            if self.io is not None:
+                self.io.failed(failure.code, failure.detail)
+            self._log(
+                "error",
+                "subcolony_boot_failed",
+                error_code=failure.code,
+                detail=f"{failure.detail}; every request is answered with {failure.code} until "
+                "the cell gets a params update ('{\"params\": {}}' will do, or a longer "
+                "boot_timeout_ms), which boots the child again, or the daemon restarts",
+            )
+            return None
 
     async def _take(self, frame: dict[str, Any]) -> None:
         """One frame from the child: a reply, an error, or something it sent on its own."""
@@ -371,6 +390,8 @@ class SubcolonyCell:
             return "query_timeout", f"the params update was not applied: {exc}"
         self.params = merged
         self._log("info", "subcolony_params_updated", keys=sorted(update))
+        if self.unusable is not None:
+            self._retry.set()
         return "silent", None
 
     # -- lifecycle -------------------------------------------------------------------------

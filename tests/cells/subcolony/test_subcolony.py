@@ -255,6 +255,25 @@ async def test_a_boot_that_cannot_succeed_leaves_the_cell_up_answering_its_reaso
     assert restarts == []  # a certainty does not burn the restart budget
 
 
+async def test_a_params_update_after_a_failed_boot_boots_the_child_again(
+    make_tree: TreeFactory, fake: dict[str, Any]
+) -> None:
+    tree = parent_tree(**fake, env={"FAKE_MODE": "late"}, boot_timeout_ms=300)
+    async with ColonyHarness(make_tree(tree), capture=["/sink"]) as colony:
+        await colony.send("/child", user("too early"))
+        await colony.settle()
+        await colony.send("/child", {"params": {"boot_timeout_ms": 5000}})
+        await colony.send("/child", user("after the retry"))
+        await colony.settle()
+        refused, answered = colony.captured("/sink")
+        [failure] = colony.logs("subcolony_boot_failed")
+        retried = colony.logs("subcolony_boot_retried")
+    assert refused.headers.hop["error_code"] == "boot_timeout"
+    assert "a params update" in failure["detail"]
+    assert len(retried) == 1
+    assert seen(answered)["said"] == "after the retry"
+
+
 async def test_a_command_not_on_the_childs_path_is_answered_subcolony_unavailable(
     make_tree: TreeFactory, tmp_path: Path
 ) -> None:
