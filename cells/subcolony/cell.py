@@ -170,19 +170,31 @@ class SubcolonyCell:
 
     async def run(self, ctx: CellContext) -> None:
         self._ctx = ctx
-        child = await self._boot()
-        while child is None:  # up, refusing: a restart would fail the same way
-            await self._retry.wait()
-            self._retry.clear()
-            self.unusable = None
-            self.ready.clear()
-            self._log(
-                "info",
-                "subcolony_boot_retried",
-                detail="a params update came after the boot failed: the child colony is "
-                "started again",
-            )
+        try:
             child = await self._boot()
+            while child is None:  # up, refusing: a restart would fail the same way
+                await self._retry.wait()
+                self._retry.clear()
+                self.unusable = None
+                self.ready.clear()
+                self._log(
+                    "info",
+                    "subcolony_boot_retried",
+                    detail="a params update came after the boot failed: the child colony is "
+                    "started again",
+                )
+                child = await self._boot()
+        except BaseException as exc:  # requests waiting for the boot must not wait for ever
+            if not self.ready.is_set():
+                self.unusable = (
+                    "subcolony_unavailable",
+                    "the cell stopped during the child colony's boot"
+                    if isinstance(exc, asyncio.CancelledError)
+                    else f"the child colony's boot ended in {type(exc).__name__}: {exc} (the "
+                    "cell restarts)",
+                )
+                self.ready.set()
+            raise
         self.child = child
         self.ready.set()
         if self.io is not None:

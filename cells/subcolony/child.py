@@ -75,7 +75,7 @@ class ChildColony:
                 start_new_session=True,
                 limit=LINE_LIMIT,
             )
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in argv or env
             raise BootFailedError(
                 "subcolony_unavailable", f"{launch.argv[0]} could not be started: {exc}"
             ) from None
@@ -90,7 +90,7 @@ class ChildColony:
                 f"the child colony sent no ready frame within boot_timeout_ms "
                 f"({int(boot_timeout_s * 1000)} ms){child.said()}",
             ) from None
-        except (BootFailedError, asyncio.CancelledError):  # no child outlives a failed start
+        except BaseException:  # no child outlives a failed start, whatever ended it
             await child.kill()
             raise
         return child
@@ -134,7 +134,7 @@ class ChildColony:
                 return None
             try:
                 frame = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
                 self._on_log(f"stdout line that is not a frame: {line[:200]!r}")
                 continue
             if isinstance(frame, dict):

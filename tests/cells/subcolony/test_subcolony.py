@@ -274,6 +274,31 @@ async def test_a_params_update_after_a_failed_boot_boots_the_child_again(
     assert seen(answered)["said"] == "after the retry"
 
 
+async def test_a_nul_byte_in_the_childs_environment_is_answered_subcolony_unavailable(
+    make_tree: TreeFactory, fake: dict[str, Any]
+) -> None:
+    tree = parent_tree(**fake, env={"GIVEN": "a\u0000b"})
+    async with ColonyHarness(make_tree(tree), capture=["/sink"]) as colony:
+        await colony.send("/child", user("hi"))
+        await colony.settle(timeout=10)
+        [error] = colony.captured("/sink")
+        [failure] = colony.logs("subcolony_boot_failed")
+    assert error.headers.hop["error_code"] == "subcolony_unavailable"
+    assert "could not be started" in error.body["messages"][0]["text"]
+    assert failure["error_code"] == "subcolony_unavailable"
+
+
+async def test_a_line_nested_too_deep_for_the_json_parser_is_skipped(
+    make_tree: TreeFactory, fake: dict[str, Any]
+) -> None:
+    tree = parent_tree(**fake, env={"FAKE_MODE": "deep"})
+    async with ColonyHarness(make_tree(tree), capture=["/sink"]) as colony:
+        await colony.send("/child", user("hi"))
+        await colony.settle(timeout=10)
+        [reply] = colony.captured("/sink")
+    assert seen(reply)["said"] == "hi"
+
+
 async def test_a_command_not_on_the_childs_path_is_answered_subcolony_unavailable(
     make_tree: TreeFactory, tmp_path: Path
 ) -> None:
