@@ -161,12 +161,18 @@ class ChildColony:
     async def _drain_stderr(self) -> None:
         stderr = self.proc.stderr
         assert stderr is not None
-        with contextlib.suppress(ValueError, asyncio.LimitOverrunError):
-            while line := await stderr.readline():
-                text = line.decode("utf-8", "replace").rstrip()
-                if text:
-                    self._tail.append(text[:300])
-                    self._on_log(text)
+        while True:
+            try:
+                line = await stderr.readline()
+            except (ValueError, asyncio.LimitOverrunError):  # one line too long: drop it only
+                self._on_log(f"a stderr line longer than {LINE_LIMIT} bytes was dropped")
+                continue
+            if not line:
+                return
+            text = line.decode("utf-8", "replace").rstrip()
+            if text:
+                self._tail.append(text[:300])
+                self._on_log(text)
 
     def exit_text(self) -> str:
         return _exit(self.proc.returncode)

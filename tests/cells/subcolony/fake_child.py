@@ -1,7 +1,8 @@
 """A stand-in child colony for the subcolony tests: speaks the stdio JSON wire, no colony.
 
 ``FAKE_MODE`` picks the boot: ``ready`` (default), ``v2`` (a foreign protocol integer),
-``mute`` (never ready), ``late`` (ready after 0.8 s), ``deep`` (a line nested past any JSON parser's depth first). Once ready it answers each request with one assistant text turn
+``mute`` (never ready), ``late`` (ready after 0.8 s), ``deep`` (a line nested past any JSON parser's depth first), ``loud`` (a stderr line over the
+cell's line limit, then an ordinary one, first). Once ready it answers each request with one assistant text turn
 holding what it saw (context, ttl, two environment variables, the user text) as JSON; the user
 texts ``die``, ``slow``, ``fail`` and ``shout`` make it exit, stay silent, send an error frame,
 or also send a frame nobody asked for.
@@ -18,6 +19,10 @@ if mode == "mute":
     sys.exit(0)
 if mode == "deep":
     print("[" * 200_000 + "]" * 200_000, flush=True)
+if mode == "loud":
+    sys.stderr.write("x" * (65 * 1024 * 1024) + "\n")
+    sys.stderr.write("after the long line\n")
+    sys.stderr.flush()
 if mode == "late":
     time.sleep(0.8)
 print(json.dumps({"v": 2 if mode == "v2" else 1, "type": "ready", "version": "fake-1"}), flush=True)

@@ -299,6 +299,20 @@ async def test_a_line_nested_too_deep_for_the_json_parser_is_skipped(
     assert seen(reply)["said"] == "hi"
 
 
+async def test_a_stderr_line_over_the_limit_does_not_stop_the_draining_of_stderr(
+    make_tree: TreeFactory, fake: dict[str, Any]
+) -> None:
+    tree = parent_tree(**fake, env={"FAKE_MODE": "loud"}, boot_timeout_ms=5000)
+    async with ColonyHarness(make_tree(tree), capture=["/sink"]) as colony:
+        await colony.send("/child", user("hi"))
+        await colony.settle(timeout=10)
+        [reply] = colony.captured("/sink")
+        lines = [r["line"] for r in colony.logs("subcolony_child_output")]
+    assert seen(reply)["said"] == "hi"
+    assert any("stderr line longer than" in line for line in lines)
+    assert "after the long line" in lines  # still read: a child never blocks on a full pipe
+
+
 async def test_a_command_not_on_the_childs_path_is_answered_subcolony_unavailable(
     make_tree: TreeFactory, tmp_path: Path
 ) -> None:
