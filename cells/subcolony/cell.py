@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from cells.cellfile import ParamsOverlay, QueryTimeoutError, bounded, open_cell_db
-from cells.subcolony.child import PROTOCOL, BootFailedError, ChildColony, Launch
+from cells.subcolony.child import PROTOCOL, BootFailedError, ChildColony, Launch, encode_frame
 from cells.subcolony.params import (
     RESERVED_CONTEXT_KEY,
     SubcolonyParams,
@@ -356,12 +356,20 @@ class SubcolonyCell:
             "context": context,
             "body": body,
         }
+        try:
+            data = encode_frame(frame)
+        except ValueError as exc:
+            return (
+                "invalid_input",
+                "the body cannot cross to the child colony: it holds a number JSON cannot carry "
+                f"(NaN or an infinity) or text that is not valid Unicode ({exc})",
+            )
         waiting: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self.pending[turn] = waiting
         p = self.params
         try:
             try:
-                await child.write(frame, p.external_timeout_ms / 1000)
+                await child.write(data, p.external_timeout_ms / 1000)
             except TimeoutError:
                 return (
                     "request_timeout",

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PROTOCOL", "BootFailedError", "ChildColony", "Launch"]
+__all__ = ["PROTOCOL", "BootFailedError", "ChildColony", "Launch", "encode_frame"]
 
 PROTOCOL = 1
 """The stdio wire's protocol integer (``v``), asserted on the ``ready`` frame."""
@@ -141,13 +141,11 @@ class ChildColony:
                 return frame
             self._on_log(f"stdout line that is not a frame: {line[:200]!r}")
 
-    async def write(self, frame: dict[str, Any], timeout_s: float) -> None:
-        """One frame to the child's stdin; raises TimeoutError or OSError."""
+    async def write(self, data: bytes, timeout_s: float) -> None:
+        """One frame (from :func:`encode_frame`) to the child's stdin; raises TimeoutError or
+        OSError."""
         stdin = self.proc.stdin
         assert stdin is not None
-        data = (json.dumps(frame, ensure_ascii=False, allow_nan=False) + "\n").encode(
-            "utf-8", "surrogateescape"
-        )
         async with asyncio.timeout(timeout_s), self._writing:
             stdin.write(data)
             await stdin.drain()
@@ -216,6 +214,12 @@ class ChildColony:
     async def frames(self) -> AsyncIterator[dict[str, Any]]:
         while (frame := await self.next_frame()) is not None:
             yield frame
+
+
+def encode_frame(frame: dict[str, Any]) -> bytes:
+    """``frame`` as one line of the wire: strict JSON in valid UTF-8. Raises ValueError for
+    what the child could not read (NaN or an infinity, a lone surrogate in a string)."""
+    return (json.dumps(frame, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
 
 
 def _exit(code: int | None) -> str:

@@ -313,6 +313,22 @@ async def test_a_stderr_line_over_the_limit_does_not_stop_the_draining_of_stderr
     assert "after the long line" in lines  # still read: a child never blocks on a full pipe
 
 
+@pytest.mark.parametrize("value", ["lone \ud800 surrogate", float("nan")])
+async def test_a_body_the_wire_cannot_carry_is_answered_invalid_input(
+    make_tree: TreeFactory, fake: dict[str, Any], value: Any
+) -> None:
+    async with ColonyHarness(make_tree(parent_tree(**fake)), capture=["/sink"]) as colony:
+        await colony.send("/child", {**user("hi"), "extra": value})
+        await colony.send("/child", user("next"))
+        await colony.settle()
+        refused, answered = colony.captured("/sink")
+        crashes = colony.logs("cell_crashed")
+    assert refused.headers.hop["error_code"] == "invalid_input"
+    assert "cannot cross to the child colony" in refused.body["messages"][0]["text"]
+    assert seen(answered)["said"] == "next"
+    assert crashes == []
+
+
 async def test_a_command_not_on_the_childs_path_is_answered_subcolony_unavailable(
     make_tree: TreeFactory, tmp_path: Path
 ) -> None:
