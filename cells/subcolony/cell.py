@@ -200,16 +200,22 @@ class SubcolonyCell:
         if self.io is not None:
             self.io.succeeded()
         self._log("info", "subcolony_ready", pid=child.pid, child_version=child.version)
-        async for frame in child.frames():
-            await self._take(frame)
-        await child.proc.wait()
-        detail = f"the child colony ended ({child.exit_text()}){child.said()}"
-        self.gone = detail
-        if self.io is not None:
-            self.io.failed("subcolony_gone", detail)
-        self._fail_pending("subcolony_gone", detail)
-        self._log("error", "subcolony_gone", pid=child.pid, detail=f"{detail}; the cell restarts")
-        raise ChildGoneError(detail)
+        try:
+            async for frame in child.frames():
+                await self._take(frame)
+            if not await child.exited_within(self.params.kill_grace_ms / 1000):
+                await child.kill()  # it closed its stdout but lives on: it can answer nothing
+            detail = f"the child colony ended ({child.exit_text()}){child.said()}"
+            self.gone = detail
+            if self.io is not None:
+                self.io.failed("subcolony_gone", detail)
+            self._log(
+                "error", "subcolony_gone", pid=child.pid, detail=f"{detail}; the cell restarts"
+            )
+            raise ChildGoneError(detail)
+        finally:  # however reading ended, nobody waits for a reply that cannot come
+            self.gone = self.gone or "the cell stopped reading the child colony (it restarts)"
+            self._fail_pending("subcolony_gone", self.gone)
 
     async def _boot(self) -> ChildColony | None:
         """A child that said ``ready``, or None when it cannot boot (the reason is then

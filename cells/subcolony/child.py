@@ -27,6 +27,22 @@ LINE_LIMIT = 64 * 1024 * 1024
 """The longest frame line read from the child."""
 STDERR_TAIL = 20
 """Lines of the child's stderr kept for an error's detail."""
+LEFTOVER_S = 0.5
+"""After the child exited, how long a frame it wrote before may still take to be read: its
+stdout may never end when a process it started still holds it."""
+
+
+class _Watched(asyncio.subprocess.SubprocessStreamProtocol):
+    """The stream protocol, plus an event set when the child itself exits. ``Process.wait()``
+    also waits for the end of every pipe, which a process the child started may hold open."""
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited = asyncio.Event()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self.exited.set()
 
 
 class BootFailedError(Exception):
@@ -50,9 +66,18 @@ class Launch:
 class ChildColony:
     """One running child colony."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, on_log: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        transport: asyncio.SubprocessTransport,
+        exited: asyncio.Event,
+        on_log: Callable[[str], None],
+    ) -> None:
         self.proc = proc
         self.pid = proc.pid
+        self._transport = transport
+        self.exited = exited
+        """Set when the child process itself has ended (its pipes may live on)."""
         self.version: str | None = None
         self._tail: deque[str] = deque(maxlen=STDERR_TAIL)
         self._on_log = on_log
@@ -64,8 +89,11 @@ class ChildColony:
         cls, launch: Launch, boot_timeout_s: float, on_log: Callable[[str], None]
     ) -> ChildColony:
         """A child that said ``ready`` (protocol checked); raises :class:`BootFailedError`."""
+        loop = asyncio.get_running_loop()
+        protocol = _Watched(LINE_LIMIT, loop)
         try:
-            proc = await asyncio.create_subprocess_exec(
+            transport, _ = await loop.subprocess_exec(
+                lambda: protocol,
                 *launch.argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -73,13 +101,13 @@ class ChildColony:
                 env=launch.env,
                 cwd=launch.cwd,
                 start_new_session=True,
-                limit=LINE_LIMIT,
             )
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte in argv or env
             raise BootFailedError(
                 "subcolony_unavailable", f"{launch.argv[0]} could not be started: {exc}"
             ) from None
-        child = cls(proc, on_log)
+        proc = asyncio.subprocess.Process(transport, protocol, loop)
+        child = cls(proc, transport, protocol.exited, on_log)
         try:
             async with asyncio.timeout(boot_timeout_s):
                 child.version = await child._greeting()
@@ -98,9 +126,9 @@ class ChildColony:
     async def _greeting(self) -> str:
         """The ``ready`` frame's version (the first frame the child writes)."""
         while True:
-            frame = await self.next_frame()
+            frame = await self.frame_or_exit()
             if frame is None:
-                code = await self.proc.wait()
+                code = await self.wait_exit()
                 await asyncio.wait([self._stderr], timeout=1)
                 raise BootFailedError(
                     "subcolony_unavailable",
@@ -140,6 +168,26 @@ class ChildColony:
             if isinstance(frame, dict):
                 return frame
             self._on_log(f"stdout line that is not a frame: {line[:200]!r}")
+
+    async def frame_or_exit(self) -> dict[str, Any] | None:
+        """The next frame; None at the end of stdout, or once the child has exited and no
+        frame it left comes within :data:`LEFTOVER_S`."""
+        reading = asyncio.ensure_future(self.next_frame())
+        exited = asyncio.ensure_future(self.exited.wait())
+        try:
+            await asyncio.wait({reading, exited}, return_when=asyncio.FIRST_COMPLETED)
+            if not reading.done():
+                await asyncio.wait({reading}, timeout=LEFTOVER_S)
+        finally:
+            exited.cancel()
+            if not reading.done():
+                reading.cancel()
+        return reading.result() if reading.done() and not reading.cancelled() else None
+
+    async def wait_exit(self) -> int | None:
+        """The child's exit status, once it has exited (its pipes need not have ended)."""
+        await self.exited.wait()
+        return self.proc.returncode
 
     async def write(self, data: bytes, timeout_s: float) -> None:
         """One frame (from :func:`encode_frame`) to the child's stdin; raises TimeoutError or
@@ -182,23 +230,24 @@ class ChildColony:
         if stdin is not None and not stdin.is_closing():
             with contextlib.suppress(OSError):
                 stdin.close()
-        if not await self._exited(grace_s):
+        if not await self.exited_within(grace_s):
             self._signal(signal.SIGTERM)
-            if not await self._exited(grace_s):
+            if not await self.exited_within(grace_s):
                 self._signal(signal.SIGKILL)
-                await self.proc.wait()
+                await self.exited.wait()
         self._signal(signal.SIGKILL)  # whatever of its group is left
         await self._finish()
 
     async def kill(self) -> None:
         self._signal(signal.SIGKILL)
-        await self.proc.wait()
+        await self.exited.wait()
         await self._finish()
 
-    async def _exited(self, seconds: float) -> bool:
+    async def exited_within(self, seconds: float) -> bool:
+        """Whether the child has exited, or does within ``seconds``."""
         try:
             async with asyncio.timeout(seconds):
-                await self.proc.wait()
+                await self.exited.wait()
         except TimeoutError:
             return False
         return True
@@ -210,9 +259,11 @@ class ChildColony:
     async def _finish(self) -> None:
         await asyncio.wait([self._stderr], timeout=1)
         self._stderr.cancel()
+        self._transport.close()  # its pipes, even those a process it started still holds
 
     async def frames(self) -> AsyncIterator[dict[str, Any]]:
-        while (frame := await self.next_frame()) is not None:
+        """Frames until the child's stdout ends or the child exits."""
+        while (frame := await self.frame_or_exit()) is not None:
             yield frame
 
 

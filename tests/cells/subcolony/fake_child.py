@@ -5,11 +5,13 @@
 cell's line limit, then an ordinary one, first). Once ready it answers each request with one assistant text turn
 holding what it saw (context, ttl, two environment variables, the user text) as JSON; the user
 texts ``die``, ``slow``, ``fail`` and ``shout`` make it exit, stay silent, send an error frame,
-or also send a frame nobody asked for.
+or also send a frame nobody asked for; ``orphan`` makes it exit leaving a process that holds its
+stdout open.
 """
 
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -35,6 +37,9 @@ for line in sys.stdin:
         if turn.get("origin") == "user":
             said = turn.get("text", "")
     if said == "die":
+        os._exit(3)
+    if said == "orphan":
+        subprocess.Popen(["sleep", "30"], stdin=subprocess.DEVNULL)  # inherits stdout
         os._exit(3)
     if said == "slow":
         continue

@@ -235,6 +235,22 @@ async def test_a_child_that_dies_fails_its_requests_then_the_cell_restarts_a_new
     assert len(restarts) == 1
 
 
+async def test_a_child_that_exits_is_noticed_though_a_process_it_started_holds_its_stdout(
+    make_tree: TreeFactory, fake: dict[str, Any]
+) -> None:
+    tree = parent_tree(**fake, request_timeout_ms=20_000)
+    async with ColonyHarness(make_tree(tree), capture=["/sink"]) as colony:
+        await colony.send("/child", user("orphan"))
+        await colony.settle(timeout=10)
+        await until(lambda: len(colony.logs("subcolony_ready")) == 2)
+        await colony.send("/child", user("again"))
+        await colony.settle(timeout=10)
+        gone, after = colony.captured("/sink")
+    assert gone.headers.hop["error_code"] == "subcolony_gone"
+    assert "exit status 3" in gone.body["messages"][0]["text"]
+    assert seen(after)["said"] == "again"
+
+
 @pytest.mark.parametrize(
     ("mode", "code"),
     [("v2", "protocol_mismatch"), ("mute", "boot_timeout")],
