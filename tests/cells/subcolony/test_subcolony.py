@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import sqlite3
 import sys
@@ -83,6 +84,53 @@ async def test_a_real_child_colony_behaves_as_one_cell_in_the_parent_tree(
     assert reply.trace_id == trace
     assert "finish_reason" not in reply.headers.hop
     assert (child_root / "colony.db").exists()  # the child keeps its own record
+
+
+def descendants() -> set[int]:
+    """Live processes below this one (from /proc), whatever their process group."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        if state != "Z":
+            parents[int(entry.name)] = int(ppid)
+    found: set[int] = set()
+    frontier = {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="lists processes via /proc")
+async def test_no_process_of_a_real_child_colony_outlives_the_cell(
+    make_tree: TreeFactory, tmp_path: Path
+) -> None:
+    child_root = tmp_path / "child-tree"
+    shutil.copytree(ECHO_TREE, child_root)
+    before = descendants()
+    tree = parent_tree(root=str(child_root), kill_grace_ms=2000)
+    async with ColonyHarness(make_tree(tree), capture=["/sink"]) as colony:
+        await colony.send("/child", user("hello"))
+        await colony.settle()
+        [reply] = colony.captured("/sink")
+        started = descendants() - before
+    assert reply.body["messages"][0]["text"] == "child-colony saw: hello"
+    assert len(started) >= 2  # the child colony and its code cell's worker(s)
+    assert [pid for pid in started if alive(pid)] == []
 
 
 async def test_a_path_inside_the_child_tree_is_not_routable_from_the_parent(
