@@ -141,7 +141,31 @@ async def test_a_path_inside_the_child_tree_is_not_routable_from_the_parent(
         await colony.settle()
         letters = await colony.dead_letters()
         assert colony.captured("/sink") == []
-    assert [d.error_code for d in letters] == ["unresolved_path"]
+        await colony.send("/child", user("then this"))
+        await colony.settle()
+        [reply] = colony.captured("/sink")
+    assert [(d.error_code, d.original_target) for d in letters] == [
+        ("unresolved_path", "/child/echo")
+    ]
+    assert seen(reply)["frames"] == 1  # the child was sent the second message only
+
+
+async def test_stopping_sends_sigterm_then_sigkill_after_kill_grace_ms_to_a_stubborn_child(
+    make_tree: TreeFactory, fake: dict[str, Any]
+) -> None:
+    tree = parent_tree(**{**fake, "kill_grace_ms": 300}, env={"FAKE_MODE": "stubborn"})
+    before = descendants()
+    async with ColonyHarness(make_tree(tree), capture=["/sink"]) as colony:
+        await colony.send("/child", user("hi"))
+        await colony.settle()
+        [reply] = colony.captured("/sink")
+        started = descendants() - before
+        stopping = asyncio.get_running_loop().time()
+    took = asyncio.get_running_loop().time() - stopping
+    assert seen(reply)["pid"] in started
+    assert (Path(fake["root"]) / "got-sigterm").exists()  # SIGTERM came first
+    assert [pid for pid in started if alive(pid)] == []  # then SIGKILL: no orphan
+    assert took >= 0.6  # the input closed, kill_grace_ms; SIGTERM, kill_grace_ms; SIGKILL
 
 
 async def test_a_subcolony_whose_root_is_its_own_colony_is_refused_at_once(
