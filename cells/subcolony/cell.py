@@ -11,9 +11,12 @@ handles concurrently), paired with their replies by ``turn_id``.
 
 A boot that cannot succeed (the program is missing, it speaks another protocol, it never says
 ``ready``) leaves the cell up, answering every request with that error: restarting would fail
-the same way. A params update (any, even ``{"params": {}}``) boots it again. A child that dies after its boot fails the requests in flight with
-``subcolony_gone``, then the I/O loop raises, so the cell restarts (a new child) under its
-restart limit.
+the same way. A params update (any, even ``{"params": {}}``) boots it again. A child that dies
+after its boot fails the requests in flight with ``subcolony_gone``, then the I/O loop raises,
+so the cell restarts (a new child) under its restart limit. A crash in :meth:`handle` restarts
+the cell too; the runner lets the requests still in hand settle first (each bounded by
+``request_timeout_ms``: long-running cells have no ``message_timeout`` backstop), then closes
+this instance, and with it the child.
 """
 
 from __future__ import annotations

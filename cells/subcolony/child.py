@@ -1,10 +1,12 @@
 """The child colony as a process: started, greeted, written to, read from, stopped.
 
 The child runs ``<command> --root <root> --stdio-format json`` in its own process group (the
-signals of :meth:`ChildColony.close` reach all of it; what it starts in sessions of its own ends
-with it, as such processes watch their parent) with an environment built from scratch. Its stdout carries
-frames, one JSON object a line; its stderr (the child's log) is read line by line so a chatty
-child never blocks on a full pipe, and its last lines are kept for the error a failure reports.
+signals of :meth:`ChildColony.close` reach all of it; what it starts in sessions of its own
+ends with it, as such processes watch their parent) with an environment built from scratch.
+Its stdout carries frames, one JSON object a line; its stderr (the child's log) is read line by
+line so a chatty child never blocks on a full pipe, and its last lines are kept for the error a
+failure reports. The child's exit is watched on the process itself, not only as the end of its
+stdout, which a process it started may hold open.
 """
 
 from __future__ import annotations
