@@ -10,7 +10,7 @@ SUBCOLONY = CellType(
     "subcolony",
     CellClass.LONG_RUNNING,
     SubcolonyCell,
-    default_max_concurrency=64,
+    default_max_concurrency=SubcolonyParams.model_fields["max_concurrency"].default,
     check_params=pydantic_check(SubcolonyParams, check_root),
     handles_concurrently=True,
 )

@@ -11,9 +11,12 @@ handles concurrently), paired with their replies by ``turn_id``.
 
 A boot that cannot succeed (the program is missing, it speaks another protocol, it never says
 ``ready``) leaves the cell up, answering every request with that error: restarting would fail
-the same way. A child that dies after its boot fails the requests in flight with
-``subcolony_gone``, then the I/O loop raises, so the cell restarts (a new child) under its
-restart limit.
+the same way. A params update (any, even ``{"params": {}}``) boots it again. A child that dies
+after its boot fails the requests in flight with ``subcolony_gone``, then the I/O loop raises,
+so the cell restarts (a new child) under its restart limit. A crash in :meth:`handle` restarts
+the cell too; the runner lets the requests still in hand settle first (each bounded by
+``request_timeout_ms``: long-running cells have no ``message_timeout`` backstop), then closes
+this instance, and with it the child.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from cells.cellfile import ParamsOverlay, QueryTimeoutError, bounded, open_cell_db
-from cells.subcolony.child import PROTOCOL, BootFailedError, ChildColony, Launch
+from cells.subcolony.child import PROTOCOL, BootFailedError, ChildColony, Launch, encode_frame
 from cells.subcolony.params import (
     RESERVED_CONTEXT_KEY,
     SubcolonyParams,
@@ -43,9 +46,10 @@ from colony.ids import uuid7
 __all__ = ["CHAIN_VARIABLE", "ChildGoneError", "SubcolonyCell"]
 
 CHAIN_VARIABLE = "MECLAW_SUBCOLONY_ROOTS"
-"""The roots of the child colonies above a child (``os.pathsep``-joined), set for every child:
-a tree whose subcolony starts a colony already running above it refuses to boot it, instead of
-starting colonies without end."""
+"""The roots of the colonies above a child, the topmost (which runs without it) first and the
+child's own last (``os.pathsep``-joined), set for every child: a subcolony whose root is one of
+them, or the root of its own colony, refuses to boot it, instead of starting colonies without
+end."""
 LATE_KEPT = 1024
 """Answered turn ids remembered, so a second frame for a request is not taken as unsolicited."""
 
@@ -55,6 +59,22 @@ Answer = tuple[str, Any]
 
 class ChildGoneError(Exception):
     """The child colony ended after its boot (the cell restarts with a new one)."""
+
+
+def _chain(spec: CellSpec) -> list[str]:
+    """The roots a child must not have: those the daemon was started with
+    (``MECLAW_SUBCOLONY_ROOTS``, set when this colony is itself a child) and this colony's own
+    tree root, so a tree whose subcolony points at itself is refused before a second copy runs.
+
+    The tree root is the cell's folder less one folder per path segment, and one more for the
+    root node's folder (every segment of a colony path is one folder below the root's)."""
+    above = [r for r in os.environ.get(CHAIN_VARIABLE, "").split(os.pathsep) if r]
+    if spec.folder is not None:
+        depth = len([part for part in spec.path.split("/") if part])
+        own = str(Path(spec.folder).absolute().parents[depth].resolve())
+        if own not in above:
+            above.append(own)
+    return above
 
 
 def _error(code: str, detail: str) -> JsonObject:
@@ -81,6 +101,8 @@ class SubcolonyCell:
         self.log = spec.log
         self.birth = birth
         self.root = resolve_root(birth.root, spec.folder)
+        self.chain = _chain(spec)
+        """The roots of this colony and of those above it: a child at one of them is refused."""
         self.state_dir: Path | None = None
         """Where the child keeps its state when this colony's state is outside its tree."""
         if spec.state is not None and spec.folder is not None and spec.state != spec.folder:
@@ -98,6 +120,8 @@ class SubcolonyCell:
         """Set once the boot ended, ready or not."""
         self.unusable: tuple[str, str] | None = None
         """The boot failure every request is answered with (the cell stays up)."""
+        self._retry = asyncio.Event()
+        """Set by a params update after a boot failure: boot again."""
         self.gone: str | None = None
         """Why requests can no longer cross (the child ended, or the cell is closing)."""
         self.pending: dict[str, asyncio.Future[Answer]] = {}
@@ -120,14 +144,13 @@ class SubcolonyCell:
         p = self.params
         env = {key: os.environ[key] for key in p.env_passthrough if key in os.environ}
         env.update(p.env)
-        above = [r for r in os.environ.get(CHAIN_VARIABLE, "").split(os.pathsep) if r]
-        if str(self.root) in above:
+        if str(self.root) in self.chain:
             raise BootFailedError(
                 "subcolony_unavailable",
-                f"root {self.root} is a colony already running above this one; starting it "
-                "again would start colonies without end",
+                f"root {self.root} is this colony or one already running above it; starting "
+                "it again would start colonies without end",
             )
-        env[CHAIN_VARIABLE] = os.pathsep.join([*above, str(self.root)])
+        env[CHAIN_VARIABLE] = os.pathsep.join([*self.chain, str(self.root)])
         if p.command is None:
             argv = [sys.executable, "-P", "-m", "colony"]
         else:
@@ -151,11 +174,61 @@ class SubcolonyCell:
     async def run(self, ctx: CellContext) -> None:
         self._ctx = ctx
         try:
+            child = await self._boot()
+            while child is None:  # up, refusing: a restart would fail the same way
+                await self._retry.wait()
+                self._retry.clear()
+                self.unusable = None
+                self.ready.clear()
+                self._log(
+                    "info",
+                    "subcolony_boot_retried",
+                    detail="a params update came after the boot failed: the child colony is "
+                    "started again",
+                )
+                child = await self._boot()
+        except BaseException as exc:  # requests waiting for the boot must not wait for ever
+            if not self.ready.is_set():
+                self.unusable = (
+                    "subcolony_unavailable",
+                    "the cell stopped during the child colony's boot"
+                    if isinstance(exc, asyncio.CancelledError)
+                    else f"the child colony's boot ended in {type(exc).__name__}: {exc} (the "
+                    "cell restarts)",
+                )
+                self.ready.set()
+            raise
+        self.child = child
+        self.ready.set()
+        if self.io is not None:
+            self.io.succeeded()
+        self._log("info", "subcolony_ready", pid=child.pid, child_version=child.version)
+        try:
+            async for frame in child.frames():
+                await self._take(frame)
+            if not await child.exited_within(self.params.kill_grace_ms / 1000):
+                await child.kill()  # it closed its stdout but lives on: it can answer nothing
+            detail = f"the child colony ended ({child.exit_text()}){child.said()}"
+            self.gone = detail
+            if self.io is not None:
+                self.io.failed("subcolony_gone", detail)
+            self._log(
+                "error", "subcolony_gone", pid=child.pid, detail=f"{detail}; the cell restarts"
+            )
+            raise ChildGoneError(detail)
+        finally:  # however reading ended, nobody waits for a reply that cannot come
+            self.gone = self.gone or "the cell stopped reading the child colony (it restarts)"
+            self._fail_pending("subcolony_gone", self.gone)
+
+    async def _boot(self) -> ChildColony | None:
+        """A child that said ``ready``, or None when it cannot boot (the reason is then
+        :attr:`unusable`, and every request is answered with it until a retry)."""
+        try:
             if not self.root.is_dir():
                 raise BootFailedError(
                     "subcolony_unavailable", f"root {self.root} is not an existing directory"
                 )
-            child = await ChildColony.start(
+            return await ChildColony.start(
                 self.launch(), self.params.boot_timeout_ms / 1000, self._child_log
             )
         except BootFailedError as failure:
@@ -167,26 +240,11 @@ class SubcolonyCell:
                 "error",
                 "subcolony_boot_failed",
                 error_code=failure.code,
-                detail=f"{failure.detail}; every request is answered with {failure.code} "
-                "until the cell is restarted (revive it or restart the daemon)",
+                detail=f"{failure.detail}; every request is answered with {failure.code} until "
+                "the cell gets a params update ('{\"params\": {}}' will do, or a longer "
+                "boot_timeout_ms), which boots the child again, or the daemon restarts",
             )
-            await asyncio.Event().wait()  # up, refusing: a restart would fail the same way
-            return
-        self.child = child
-        self.ready.set()
-        if self.io is not None:
-            self.io.succeeded()
-        self._log("info", "subcolony_ready", pid=child.pid, child_version=child.version)
-        async for frame in child.frames():
-            await self._take(frame)
-        await child.proc.wait()
-        detail = f"the child colony ended ({child.exit_text()}){child.said()}"
-        self.gone = detail
-        if self.io is not None:
-            self.io.failed("subcolony_gone", detail)
-        self._fail_pending("subcolony_gone", detail)
-        self._log("error", "subcolony_gone", pid=child.pid, detail=f"{detail}; the cell restarts")
-        raise ChildGoneError(detail)
+            return None
 
     async def _take(self, frame: dict[str, Any]) -> None:
         """One frame from the child: a reply, an error, or something it sent on its own."""
@@ -307,12 +365,20 @@ class SubcolonyCell:
             "context": context,
             "body": body,
         }
+        try:
+            data = encode_frame(frame)
+        except ValueError as exc:
+            return (
+                "invalid_input",
+                "the body cannot cross to the child colony: it holds a number JSON cannot carry "
+                f"(NaN or an infinity) or text that is not valid Unicode ({exc})",
+            )
         waiting: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self.pending[turn] = waiting
         p = self.params
         try:
             try:
-                await child.write(frame, p.external_timeout_ms / 1000)
+                await child.write(data, p.external_timeout_ms / 1000)
             except TimeoutError:
                 return (
                     "request_timeout",
@@ -353,6 +419,8 @@ class SubcolonyCell:
             return "query_timeout", f"the params update was not applied: {exc}"
         self.params = merged
         self._log("info", "subcolony_params_updated", keys=sorted(update))
+        if self.unusable is not None:
+            self._retry.set()
         return "silent", None
 
     # -- lifecycle -------------------------------------------------------------------------

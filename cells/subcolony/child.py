@@ -1,9 +1,12 @@
 """The child colony as a process: started, greeted, written to, read from, stopped.
 
-The child runs ``<command> --root <root> --stdio-format json`` in its own process group (no
-process of it outlives the cell) with an environment built from scratch. Its stdout carries
-frames, one JSON object a line; its stderr (the child's log) is read line by line so a chatty
-child never blocks on a full pipe, and its last lines are kept for the error a failure reports.
+The child runs ``<command> --root <root> --stdio-format json`` in its own process group (the
+signals of :meth:`ChildColony.close` reach all of it; what it starts in sessions of its own
+ends with it, as such processes watch their parent) with an environment built from scratch.
+Its stdout carries frames, one JSON object a line; its stderr (the child's log) is read line by
+line so a chatty child never blocks on a full pipe, and its last lines are kept for the error a
+failure reports. The child's exit is watched on the process itself, not only as the end of its
+stdout, which a process it started may hold open.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PROTOCOL", "BootFailedError", "ChildColony", "Launch"]
+__all__ = ["PROTOCOL", "BootFailedError", "ChildColony", "Launch", "encode_frame"]
 
 PROTOCOL = 1
 """The stdio wire's protocol integer (``v``), asserted on the ``ready`` frame."""
@@ -27,6 +30,22 @@ LINE_LIMIT = 64 * 1024 * 1024
 """The longest frame line read from the child."""
 STDERR_TAIL = 20
 """Lines of the child's stderr kept for an error's detail."""
+LEFTOVER_S = 0.5
+"""After the child exited, how long a frame it wrote before may still take to be read: its
+stdout may never end when a process it started still holds it."""
+
+
+class _Watched(asyncio.subprocess.SubprocessStreamProtocol):
+    """The stream protocol, plus an event set when the child itself exits. ``Process.wait()``
+    also waits for the end of every pipe, which a process the child started may hold open."""
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited = asyncio.Event()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self.exited.set()
 
 
 class BootFailedError(Exception):
@@ -50,9 +69,18 @@ class Launch:
 class ChildColony:
     """One running child colony."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, on_log: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        transport: asyncio.SubprocessTransport,
+        exited: asyncio.Event,
+        on_log: Callable[[str], None],
+    ) -> None:
         self.proc = proc
         self.pid = proc.pid
+        self._transport = transport
+        self.exited = exited
+        """Set when the child process itself has ended (its pipes may live on)."""
         self.version: str | None = None
         self._tail: deque[str] = deque(maxlen=STDERR_TAIL)
         self._on_log = on_log
@@ -64,8 +92,11 @@ class ChildColony:
         cls, launch: Launch, boot_timeout_s: float, on_log: Callable[[str], None]
     ) -> ChildColony:
         """A child that said ``ready`` (protocol checked); raises :class:`BootFailedError`."""
+        loop = asyncio.get_running_loop()
+        protocol = _Watched(LINE_LIMIT, loop)
         try:
-            proc = await asyncio.create_subprocess_exec(
+            transport, _ = await loop.subprocess_exec(
+                lambda: protocol,
                 *launch.argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -73,13 +104,13 @@ class ChildColony:
                 env=launch.env,
                 cwd=launch.cwd,
                 start_new_session=True,
-                limit=LINE_LIMIT,
             )
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in argv or env
             raise BootFailedError(
                 "subcolony_unavailable", f"{launch.argv[0]} could not be started: {exc}"
             ) from None
-        child = cls(proc, on_log)
+        proc = asyncio.subprocess.Process(transport, protocol, loop)
+        child = cls(proc, transport, protocol.exited, on_log)
         try:
             async with asyncio.timeout(boot_timeout_s):
                 child.version = await child._greeting()
@@ -90,7 +121,7 @@ class ChildColony:
                 f"the child colony sent no ready frame within boot_timeout_ms "
                 f"({int(boot_timeout_s * 1000)} ms){child.said()}",
             ) from None
-        except (BootFailedError, asyncio.CancelledError):  # no child outlives a failed start
+        except BaseException:  # no child outlives a failed start, whatever ended it
             await child.kill()
             raise
         return child
@@ -98,9 +129,9 @@ class ChildColony:
     async def _greeting(self) -> str:
         """The ``ready`` frame's version (the first frame the child writes)."""
         while True:
-            frame = await self.next_frame()
+            frame = await self.frame_or_exit()
             if frame is None:
-                code = await self.proc.wait()
+                code = await self.wait_exit()
                 await asyncio.wait([self._stderr], timeout=1)
                 raise BootFailedError(
                     "subcolony_unavailable",
@@ -134,20 +165,38 @@ class ChildColony:
                 return None
             try:
                 frame = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
                 self._on_log(f"stdout line that is not a frame: {line[:200]!r}")
                 continue
             if isinstance(frame, dict):
                 return frame
             self._on_log(f"stdout line that is not a frame: {line[:200]!r}")
 
-    async def write(self, frame: dict[str, Any], timeout_s: float) -> None:
-        """One frame to the child's stdin; raises TimeoutError or OSError."""
+    async def frame_or_exit(self) -> dict[str, Any] | None:
+        """The next frame; None at the end of stdout, or once the child has exited and no
+        frame it left comes within :data:`LEFTOVER_S`."""
+        reading = asyncio.ensure_future(self.next_frame())
+        exited = asyncio.ensure_future(self.exited.wait())
+        try:
+            await asyncio.wait({reading, exited}, return_when=asyncio.FIRST_COMPLETED)
+            if not reading.done():
+                await asyncio.wait({reading}, timeout=LEFTOVER_S)
+        finally:
+            exited.cancel()
+            if not reading.done():
+                reading.cancel()
+        return reading.result() if reading.done() and not reading.cancelled() else None
+
+    async def wait_exit(self) -> int | None:
+        """The child's exit status, once it has exited (its pipes need not have ended)."""
+        await self.exited.wait()
+        return self.proc.returncode
+
+    async def write(self, data: bytes, timeout_s: float) -> None:
+        """One frame (from :func:`encode_frame`) to the child's stdin; raises TimeoutError or
+        OSError."""
         stdin = self.proc.stdin
         assert stdin is not None
-        data = (json.dumps(frame, ensure_ascii=False, allow_nan=False) + "\n").encode(
-            "utf-8", "surrogateescape"
-        )
         async with asyncio.timeout(timeout_s), self._writing:
             stdin.write(data)
             await stdin.drain()
@@ -161,12 +210,18 @@ class ChildColony:
     async def _drain_stderr(self) -> None:
         stderr = self.proc.stderr
         assert stderr is not None
-        with contextlib.suppress(ValueError, asyncio.LimitOverrunError):
-            while line := await stderr.readline():
-                text = line.decode("utf-8", "replace").rstrip()
-                if text:
-                    self._tail.append(text[:300])
-                    self._on_log(text)
+        while True:
+            try:
+                line = await stderr.readline()
+            except (ValueError, asyncio.LimitOverrunError):  # one line too long: drop it only
+                self._on_log(f"a stderr line longer than {LINE_LIMIT} bytes was dropped")
+                continue
+            if not line:
+                return
+            text = line.decode("utf-8", "replace").rstrip()
+            if text:
+                self._tail.append(text[:300])
+                self._on_log(text)
 
     def exit_text(self) -> str:
         return _exit(self.proc.returncode)
@@ -178,23 +233,24 @@ class ChildColony:
         if stdin is not None and not stdin.is_closing():
             with contextlib.suppress(OSError):
                 stdin.close()
-        if not await self._exited(grace_s):
+        if not await self.exited_within(grace_s):
             self._signal(signal.SIGTERM)
-            if not await self._exited(grace_s):
+            if not await self.exited_within(grace_s):
                 self._signal(signal.SIGKILL)
-                await self.proc.wait()
+                await self.exited.wait()
         self._signal(signal.SIGKILL)  # whatever of its group is left
         await self._finish()
 
     async def kill(self) -> None:
         self._signal(signal.SIGKILL)
-        await self.proc.wait()
+        await self.exited.wait()
         await self._finish()
 
-    async def _exited(self, seconds: float) -> bool:
+    async def exited_within(self, seconds: float) -> bool:
+        """Whether the child has exited, or does within ``seconds``."""
         try:
             async with asyncio.timeout(seconds):
-                await self.proc.wait()
+                await self.exited.wait()
         except TimeoutError:
             return False
         return True
@@ -206,10 +262,18 @@ class ChildColony:
     async def _finish(self) -> None:
         await asyncio.wait([self._stderr], timeout=1)
         self._stderr.cancel()
+        self._transport.close()  # its pipes, even those a process it started still holds
 
     async def frames(self) -> AsyncIterator[dict[str, Any]]:
-        while (frame := await self.next_frame()) is not None:
+        """Frames until the child's stdout ends or the child exits."""
+        while (frame := await self.frame_or_exit()) is not None:
             yield frame
+
+
+def encode_frame(frame: dict[str, Any]) -> bytes:
+    """``frame`` as one line of the wire: strict JSON in valid UTF-8. Raises ValueError for
+    what the child could not read (NaN or an infinity, a lone surrogate in a string)."""
+    return (json.dumps(frame, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
 
 
 def _exit(code: int | None) -> str:

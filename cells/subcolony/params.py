@@ -41,6 +41,7 @@ IMMUTABLE_KEYS = (
     "context_in",
     "emit_to",
     "kill_grace_ms",
+    "max_concurrency",
 )
 """What the child is and may see: fixed for the cell's life."""
 
@@ -74,6 +75,9 @@ class SubcolonyParams(BaseModel):
     """How long one ``cell.db`` operation (a params update) may take."""
     kill_grace_ms: Annotated[int, Field(ge=0)] = 5_000
     """Between SIGTERM and SIGKILL of the child's process group when the cell stops."""
+    max_concurrency: Annotated[int, Field(ge=1)] = 64
+    """Requests waiting on the child at once (read by the colony's runner); more wait in the
+    mailbox."""
 
     @field_validator("root")
     @classmethod

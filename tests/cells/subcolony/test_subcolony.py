@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import sqlite3
 import sys
@@ -85,6 +86,53 @@ async def test_a_real_child_colony_behaves_as_one_cell_in_the_parent_tree(
     assert (child_root / "colony.db").exists()  # the child keeps its own record
 
 
+def descendants() -> set[int]:
+    """Live processes below this one (from /proc), whatever their process group."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        if state != "Z":
+            parents[int(entry.name)] = int(ppid)
+    found: set[int] = set()
+    frontier = {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="lists processes via /proc")
+async def test_no_process_of_a_real_child_colony_outlives_the_cell(
+    make_tree: TreeFactory, tmp_path: Path
+) -> None:
+    child_root = tmp_path / "child-tree"
+    shutil.copytree(ECHO_TREE, child_root)
+    before = descendants()
+    tree = parent_tree(root=str(child_root), kill_grace_ms=2000)
+    async with ColonyHarness(make_tree(tree), capture=["/sink"]) as colony:
+        await colony.send("/child", user("hello"))
+        await colony.settle()
+        [reply] = colony.captured("/sink")
+        started = descendants() - before
+    assert reply.body["messages"][0]["text"] == "child-colony saw: hello"
+    assert len(started) >= 2  # the child colony and its code cell's worker(s)
+    assert [pid for pid in started if alive(pid)] == []
+
+
 async def test_a_path_inside_the_child_tree_is_not_routable_from_the_parent(
     make_tree: TreeFactory, fake: dict[str, Any]
 ) -> None:
@@ -93,7 +141,79 @@ async def test_a_path_inside_the_child_tree_is_not_routable_from_the_parent(
         await colony.settle()
         letters = await colony.dead_letters()
         assert colony.captured("/sink") == []
-    assert [d.error_code for d in letters] == ["unresolved_path"]
+        await colony.send("/child", user("then this"))
+        await colony.settle()
+        [reply] = colony.captured("/sink")
+    assert [(d.error_code, d.original_target) for d in letters] == [
+        ("unresolved_path", "/child/echo")
+    ]
+    assert seen(reply)["frames"] == 1  # the child was sent the second message only
+
+
+async def test_stopping_sends_sigterm_then_sigkill_after_kill_grace_ms_to_a_stubborn_child(
+    make_tree: TreeFactory, fake: dict[str, Any]
+) -> None:
+    tree = parent_tree(**{**fake, "kill_grace_ms": 300}, env={"FAKE_MODE": "stubborn"})
+    before = descendants()
+    async with ColonyHarness(make_tree(tree), capture=["/sink"]) as colony:
+        await colony.send("/child", user("hi"))
+        await colony.settle()
+        [reply] = colony.captured("/sink")
+        started = descendants() - before
+        stopping = asyncio.get_running_loop().time()
+    took = asyncio.get_running_loop().time() - stopping
+    assert seen(reply)["pid"] in started
+    assert (Path(fake["root"]) / "got-sigterm").exists()  # SIGTERM came first
+    assert [pid for pid in started if alive(pid)] == []  # then SIGKILL: no orphan
+    assert took >= 0.6  # the input closed, kill_grace_ms; SIGTERM, kill_grace_ms; SIGKILL
+
+
+async def test_a_subcolony_whose_root_is_its_own_colony_is_refused_at_once(
+    make_tree: TreeFactory,
+) -> None:
+    tree = parent_tree(root="../..")  # main/child -> the tree's root
+    async with ColonyHarness(make_tree(tree), capture=["/sink"]) as colony:
+        await colony.send("/child", user("hi"))
+        await colony.settle()
+        [error] = colony.captured("/sink")
+        [failure] = colony.logs("subcolony_boot_failed")
+        started = colony.logs("subcolony_ready")
+    assert error.headers.hop["error_code"] == "subcolony_unavailable"
+    assert f"root {colony.root.resolve()} is this colony" in error.body["messages"][0]["text"]
+    assert failure["error_code"] == "subcolony_unavailable"
+    assert started == []
+
+
+async def test_a_subcolony_pointing_back_at_the_colony_above_is_refused_in_the_child(
+    make_tree: TreeFactory, tmp_path: Path
+) -> None:
+    """A -> B -> A: B, started by A, refuses to start A again (no third colony runs)."""
+    b_root = tmp_path / "colony-b"
+    (b_root / "main" / "back").mkdir(parents=True)
+    (b_root / "colony.json").write_text('{"schema_version": 1}')
+    (b_root / "main" / "config.json").write_text(
+        json.dumps(
+            hive(
+                {"from": ".", "to": "./back", "condition": "!has(hop.subcolony_event)"},
+                {"from": "./back", "to": "."},
+            )
+        )
+    )
+    work = tmp_path / "work"
+    a_root = work / "colony"  # where the harness copies A's tree to run it
+    back = {"root": str(a_root), "kill_grace_ms": 500}
+    (b_root / "main" / "back" / "config.json").write_text(
+        json.dumps({"cell": {"type": "subcolony"}, "params": back, "contract": CONTRACT})
+    )
+    a_tree = make_tree(parent_tree(root=str(b_root), kill_grace_ms=2000))
+    async with ColonyHarness(a_tree, capture=["/sink"], workdir=work) as colony:
+        await colony.send("/child", user("hi"))
+        await colony.settle()
+        [answer] = colony.captured("/sink")
+        ready = colony.logs("subcolony_ready")
+    [text] = [turn["text"] for turn in answer.body["messages"]]
+    assert f"root {a_root.resolve()} is this colony or one already running above it" in text
+    assert len(ready) == 1  # A's child B; B never started a copy of A
 
 
 # -- crossing: trace, ttl, context, environment ---------------------------------------------------
@@ -187,6 +307,22 @@ async def test_a_child_that_dies_fails_its_requests_then_the_cell_restarts_a_new
     assert len(restarts) == 1
 
 
+async def test_a_child_that_exits_is_noticed_though_a_process_it_started_holds_its_stdout(
+    make_tree: TreeFactory, fake: dict[str, Any]
+) -> None:
+    tree = parent_tree(**fake, request_timeout_ms=20_000)
+    async with ColonyHarness(make_tree(tree), capture=["/sink"]) as colony:
+        await colony.send("/child", user("orphan"))
+        await colony.settle(timeout=10)
+        await until(lambda: len(colony.logs("subcolony_ready")) == 2)
+        await colony.send("/child", user("again"))
+        await colony.settle(timeout=10)
+        gone, after = colony.captured("/sink")
+    assert gone.headers.hop["error_code"] == "subcolony_gone"
+    assert "exit status 3" in gone.body["messages"][0]["text"]
+    assert seen(after)["said"] == "again"
+
+
 @pytest.mark.parametrize(
     ("mode", "code"),
     [("v2", "protocol_mismatch"), ("mute", "boot_timeout")],
@@ -205,6 +341,80 @@ async def test_a_boot_that_cannot_succeed_leaves_the_cell_up_answering_its_reaso
     assert [a.headers.hop["error_code"] for a in answers] == [code, code]
     assert len(failures) == 1
     assert restarts == []  # a certainty does not burn the restart budget
+
+
+async def test_a_params_update_after_a_failed_boot_boots_the_child_again(
+    make_tree: TreeFactory, fake: dict[str, Any]
+) -> None:
+    tree = parent_tree(**fake, env={"FAKE_MODE": "late"}, boot_timeout_ms=300)
+    async with ColonyHarness(make_tree(tree), capture=["/sink"]) as colony:
+        await colony.send("/child", user("too early"))
+        await colony.settle()
+        await colony.send("/child", {"params": {"boot_timeout_ms": 5000}})
+        await colony.send("/child", user("after the retry"))
+        await colony.settle()
+        refused, answered = colony.captured("/sink")
+        [failure] = colony.logs("subcolony_boot_failed")
+        retried = colony.logs("subcolony_boot_retried")
+    assert refused.headers.hop["error_code"] == "boot_timeout"
+    assert "a params update" in failure["detail"]
+    assert len(retried) == 1
+    assert seen(answered)["said"] == "after the retry"
+
+
+async def test_a_nul_byte_in_the_childs_environment_is_answered_subcolony_unavailable(
+    make_tree: TreeFactory, fake: dict[str, Any]
+) -> None:
+    tree = parent_tree(**fake, env={"GIVEN": "a\u0000b"})
+    async with ColonyHarness(make_tree(tree), capture=["/sink"]) as colony:
+        await colony.send("/child", user("hi"))
+        await colony.settle(timeout=10)
+        [error] = colony.captured("/sink")
+        [failure] = colony.logs("subcolony_boot_failed")
+    assert error.headers.hop["error_code"] == "subcolony_unavailable"
+    assert "could not be started" in error.body["messages"][0]["text"]
+    assert failure["error_code"] == "subcolony_unavailable"
+
+
+async def test_a_line_nested_too_deep_for_the_json_parser_is_skipped(
+    make_tree: TreeFactory, fake: dict[str, Any]
+) -> None:
+    tree = parent_tree(**fake, env={"FAKE_MODE": "deep"})
+    async with ColonyHarness(make_tree(tree), capture=["/sink"]) as colony:
+        await colony.send("/child", user("hi"))
+        await colony.settle(timeout=10)
+        [reply] = colony.captured("/sink")
+    assert seen(reply)["said"] == "hi"
+
+
+async def test_a_stderr_line_over_the_limit_does_not_stop_the_draining_of_stderr(
+    make_tree: TreeFactory, fake: dict[str, Any]
+) -> None:
+    tree = parent_tree(**fake, env={"FAKE_MODE": "loud"}, boot_timeout_ms=5000)
+    async with ColonyHarness(make_tree(tree), capture=["/sink"]) as colony:
+        await colony.send("/child", user("hi"))
+        await colony.settle(timeout=10)
+        [reply] = colony.captured("/sink")
+        lines = [r["line"] for r in colony.logs("subcolony_child_output")]
+    assert seen(reply)["said"] == "hi"
+    assert any("stderr line longer than" in line for line in lines)
+    assert "after the long line" in lines  # still read: a child never blocks on a full pipe
+
+
+@pytest.mark.parametrize("value", ["lone \ud800 surrogate", float("nan")])
+async def test_a_body_the_wire_cannot_carry_is_answered_invalid_input(
+    make_tree: TreeFactory, fake: dict[str, Any], value: Any
+) -> None:
+    async with ColonyHarness(make_tree(parent_tree(**fake)), capture=["/sink"]) as colony:
+        await colony.send("/child", {**user("hi"), "extra": value})
+        await colony.send("/child", user("next"))
+        await colony.settle()
+        refused, answered = colony.captured("/sink")
+        crashes = colony.logs("cell_crashed")
+    assert refused.headers.hop["error_code"] == "invalid_input"
+    assert "cannot cross to the child colony" in refused.body["messages"][0]["text"]
+    assert seen(answered)["said"] == "next"
+    assert crashes == []
 
 
 async def test_a_command_not_on_the_childs_path_is_answered_subcolony_unavailable(
@@ -330,6 +540,15 @@ def test_validate_refuses_turn_id_as_a_context_in_target(
     assert severity is Severity.ERROR
     assert "turn_id" in message
     assert "user_id" in message
+
+
+def test_validate_takes_max_concurrency_as_a_subcolony_param(
+    make_tree: TreeFactory, tmp_path: Path
+) -> None:
+    assert validated(make_tree, {"root": str(tmp_path), "max_concurrency": 8}) == []
+    [(severity, _, message)] = validated(make_tree, {"root": str(tmp_path), "max_concurrency": 0})
+    assert severity is Severity.ERROR
+    assert "at least 1" in message
 
 
 def test_validate_warns_about_a_misspelt_param_with_the_likely_one(
