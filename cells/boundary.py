@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
@@ -39,6 +40,7 @@ __all__ = [
     "climbs_out",
     "failure",
     "inside",
+    "op_and_path",
     "open_parent",
     "open_under",
     "resolve",
@@ -89,6 +91,24 @@ class OpError(Exception):
     def __init__(self, code: str, text: str) -> None:
         super().__init__(text)
         self.code = code
+
+
+def op_and_path(args: Mapping[str, Any], ops: tuple[str, ...]) -> tuple[str, str]:
+    """A call's ``op`` (one of ``ops``) and ``path`` (a non-empty string without NUL), with
+    the sentences both cells answer a bad one with (``invalid_input``)."""
+    op = args.get("op")
+    if not isinstance(op, str):
+        raise OpError("invalid_input", "args.op missing or not a string")
+    if op not in ops:
+        raise OpError("invalid_input", f"unknown op: {op} (use one of {', '.join(ops)})")
+    path = args.get("path")
+    if not isinstance(path, str):
+        raise OpError("invalid_input", "args.path missing or not a string")
+    if not path:
+        raise OpError("invalid_input", "args.path is empty")
+    if "\0" in path:
+        raise OpError("invalid_input", "args.path contains a NUL byte")
+    return op, path
 
 
 # -- stage 1 and 2: the check -----------------------------------------------------------------

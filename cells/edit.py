@@ -33,6 +33,7 @@ from cells.boundary import (
     OpError,
     check_base,
     failure,
+    op_and_path,
     open_parent,
     resolve,
 )
@@ -82,18 +83,7 @@ def _text(args: JsonObject, key: str, op: str) -> str:
 
 
 def _parse_args(args: JsonObject) -> _EditCall:
-    op = args.get("op")
-    if not isinstance(op, str):
-        raise OpError("invalid_input", "args.op missing or not a string")
-    if op not in _OPS:
-        raise OpError("invalid_input", f"unknown op: {op} (use one of {', '.join(_OPS)})")
-    path = args.get("path")
-    if not isinstance(path, str):
-        raise OpError("invalid_input", "args.path missing or not a string")
-    if not path:
-        raise OpError("invalid_input", "args.path is empty")
-    if "\0" in path:
-        raise OpError("invalid_input", "args.path contains a NUL byte")
+    op, path = op_and_path(args, _OPS)
     if path.endswith("/"):
         raise OpError("invalid_input", "args.path of an edit must name a file, not end in /")
     expected = args.get("expected_matches")  # null is the same as absent

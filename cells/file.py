@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cells.boundary import DIR_FLAGS as _DIR_FLAGS
-from cells.boundary import BasePathParams, OpError, check_base, resolve
+from cells.boundary import BasePathParams, OpError, check_base, op_and_path, resolve
 from cells.boundary import failure as _failure
 from cells.boundary import open_under as _open_under
 from cells.text import dumps_sorted
@@ -56,18 +56,7 @@ def _is_count(value: Any) -> bool:
 
 
 def _parse_args(args: JsonObject) -> _FileCall:
-    op = args.get("op")
-    if not isinstance(op, str):
-        raise _FileOpError("invalid_input", "args.op missing or not a string")
-    if op not in _OPS:
-        raise _FileOpError("invalid_input", f"unknown op: {op} (use one of {', '.join(_OPS)})")
-    path = args.get("path")
-    if not isinstance(path, str):
-        raise _FileOpError("invalid_input", "args.path missing or not a string")
-    if not path:
-        raise _FileOpError("invalid_input", "args.path is empty")
-    if "\0" in path:
-        raise _FileOpError("invalid_input", "args.path contains a NUL byte")
+    op, path = op_and_path(args, _OPS)
     if op != "read":
         extra = [key for key in _READ_ONLY_ARGS if key in args]
         if extra:
