@@ -67,6 +67,26 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+async def _first(*events: asyncio.Event) -> None:
+    """Wait until one of ``events`` is set."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+def _closed(exc: BaseException | None) -> bool:
+    return isinstance(exc, MCPError) and exc.error.code == types.CONNECTION_CLOSED
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """Mark a task's outcome seen (a cancelled opening may still end in an error)."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _dump(model: Any) -> JsonObject:
     dumped: JsonObject = model.model_dump(by_alias=True, mode="json", exclude_none=True)
     return dumped
@@ -180,40 +200,57 @@ class McpCell:
             raise ServerDiedError(text) from None
         self._server, self.pid = server, server.pid
         self._log("info", "mcp_server_started", pid=server.pid, command=p.command)
-        grace = p.kill_grace_ms / 1000
-        ended = asyncio.create_task(server.ended(max(grace, 0.5)))
+        ended = asyncio.create_task(server.ended(max(p.kill_grace_ms / 1000, 0.5)))
+        text = "the mcp cell was closed"
+        died = False
         try:
-            async with ClientSession(
-                server.read_stream,
-                server.write_stream,
-                message_handler=self._on_message,
-                client_info=CLIENT_INFO,
-            ) as session:
-                opened = asyncio.create_task(self._open(session))
-                await asyncio.wait({opened, ended}, return_when=asyncio.FIRST_COMPLETED)
-                if not opened.done():
-                    opened.cancel()
-                elif opened.exception() is not None and not ended.done():
-                    text = f"the MCP server did not initialize: {_describe(opened.exception())}"  # type: ignore[arg-type]
-                    self._failed("start", text, "mcp_server_start_failed", "error")
-                    raise ServerDiedError(text)
-                if not ended.done():
-                    await self._follow(session, ended)
-                text = ended.result()
-                self._dead_text = text
-                self._dead.set()
-                self._ready.clear()
-                self._session = None
-                self._failed("exit", text, "mcp_server_died", "error")
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(5):
-                        await self._idle.wait()  # every open call has its mcp_error
+            text, died = await self._serve_stdio(server, ended)
         finally:
+            # Every way the server's run ends fails the open and waiting calls at once.
+            self._dead_text = self._dead_text or text
+            self._dead.set()
+            self._ready.clear()
             self._session = None
             if not ended.done():
                 ended.cancel()
             await server.stop(p.kill_grace_ms)
+        if died:
+            self._failed("exit", text, "mcp_server_died", "error")
+        else:
+            self._failed("start", text, "mcp_server_start_failed", "error")
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(5):
+                await self._idle.wait()  # every open call has its mcp_error
         raise ServerDiedError(text)
+
+    async def _serve_stdio(
+        self, server: ServerProcess, ended: asyncio.Task[str]
+    ) -> tuple[str, bool]:
+        """Initialize and follow the server until it ends: how it ended, and whether it died
+        (False: it did not initialize)."""
+        async with ClientSession(
+            server.read_stream,
+            server.write_stream,
+            message_handler=self._on_message,
+            client_info=CLIENT_INFO,
+        ) as session:
+            opened = asyncio.create_task(self._open(session), name=f"mcp-open {self.path}")
+            try:
+                await asyncio.wait({opened, ended}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not opened.done():
+                    # Also when run is cancelled here: no offer from an instance that is gone.
+                    opened.cancel()
+                    opened.add_done_callback(_retrieve)
+            if opened.done() and not opened.cancelled():
+                failure = opened.exception()
+                if _closed(failure):
+                    return await ended, True  # the output closed: the exit says why
+                if failure is not None and not ended.done():
+                    return f"the MCP server did not initialize: {_describe(failure)}", False
+            if not ended.done():
+                await self._follow(session, ended)
+            return ended.result(), True
 
     async def _run_streamable(self) -> None:
         """One session at a time; a broken one is reopened by the next call that needs it
@@ -429,7 +466,9 @@ class McpCell:
             if failure is not None:
                 raise LinkError(f"the MCP server cannot be reached: {failure}")
         else:
-            await self._ready.wait()
+            await _first(self._ready, self._dead)
+            if self._dead.is_set():
+                raise LinkError(self._dead_text)
         if self._session is None:
             raise LinkError(self._dead_text or "the MCP session is closed")
         return self._session
