@@ -29,6 +29,8 @@ LINE_LIMIT = 1 << 26
 """The longest line (one JSON-RPC message) read from the server: 64 MiB."""
 STDERR_KEPT = 5
 """Last stderr lines kept to explain a death."""
+STDERR_LINE_KEPT = 4096
+"""Bytes kept of one stderr line; the rest of a longer one is dropped."""
 
 
 class ServerProcess:
@@ -109,14 +111,37 @@ class ServerProcess:
                     await stdin.drain()
 
     async def _pump_err(self) -> None:
+        """Log and keep the server's stderr lines, read in chunks: a line of any length costs
+        at most :data:`STDERR_LINE_KEPT` bytes and never stops the pump (a stopped pump would
+        let the pipe fill and block the server)."""
         stderr = self.proc.stderr
         assert stderr is not None
-        with contextlib.suppress(ValueError, OSError):
-            while line := await stderr.readline():
-                text = line.decode("utf-8", "replace").rstrip()
-                if text:
-                    self.stderr.append(text)
-                    self._note("mcp_server_stderr", line=text[:500])
+        line = bytearray()
+        skipping = False  # the rest of an overlong line, already kept in part
+        with contextlib.suppress(OSError):
+            while chunk := await stderr.read(1 << 16):
+                start = 0
+                while (end := chunk.find(b"\n", start)) >= 0:
+                    if not skipping:
+                        line += chunk[start:end]
+                        self._keep_err(bytes(line))
+                    line.clear()
+                    skipping = False
+                    start = end + 1
+                if not skipping:
+                    line += chunk[start:]
+                    if len(line) > STDERR_LINE_KEPT:
+                        self._keep_err(bytes(line[:STDERR_LINE_KEPT]) + b" [line cut]")
+                        line.clear()
+                        skipping = True
+            if line and not skipping:
+                self._keep_err(bytes(line))
+
+    def _keep_err(self, line: bytes) -> None:
+        text = line.decode("utf-8", "replace").rstrip()
+        if text:
+            self.stderr.append(text)
+            self._note("mcp_server_stderr", line=text[:500])
 
     def _note(self, event: str, **fields: object) -> None:
         if self.log is not None:
