@@ -43,6 +43,7 @@ class ServerProcess:
         self.path = path
         self.stderr: deque[str] = deque(maxlen=STDERR_KEPT)
         self._eof = asyncio.Event()
+        self._stopping: asyncio.Future[None] | None = None
         send_in, self.read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](
             32
         )
@@ -168,7 +169,14 @@ class ServerProcess:
         return text
 
     async def stop(self, grace_ms: int) -> None:
-        """Close stdin, SIGTERM the group, SIGKILL it after ``grace_ms``; then reap."""
+        """Close stdin, SIGTERM the group, SIGKILL it after ``grace_ms``; then reap. Only the
+        first call does it, later ones wait for it: a second group kill after the leader was
+        reaped could hit a process that got its id since."""
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._stop(grace_ms))
+        await asyncio.shield(self._stopping)
+
+    async def _stop(self, grace_ms: int) -> None:
         self.write_stream.close()
         stdin = self.proc.stdin
         if stdin is not None:

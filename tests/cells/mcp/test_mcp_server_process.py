@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 
 from cells.mcp.stdio import LINE_LIMIT, STDERR_LINE_KEPT, ServerProcess
@@ -31,3 +32,21 @@ async def test_a_stderr_line_over_the_stream_limit_is_cut_and_the_pump_goes_on()
         assert len(first) < STDERR_LINE_KEPT + 20
     finally:
         await server.stop(500)
+
+
+async def test_stopping_a_server_twice_signals_its_group_only_once() -> None:
+    server = await spawn("import sys; sys.stdin.read()")
+    sent: list[int] = []
+    signal_group = server._signal
+
+    def counted(sig: signal.Signals) -> None:
+        sent.append(sig)
+        signal_group(sig)
+
+    server._signal = counted  # type: ignore[method-assign]
+    await asyncio.gather(server.stop(500), server.stop(500))
+    first = len(sent)
+    await server.stop(500)
+    assert server.proc.returncode is not None
+    assert first >= 1
+    assert len(sent) == first
