@@ -2,17 +2,21 @@
 hides the process, so its exit status would be lost), in a process group of its own, its
 stdout and stdin bridged to the SDK's :class:`mcp.ClientSession` streams line by line.
 
-Closing it is the MCP lifecycle's order: close stdin, then SIGTERM to the whole group, then
-SIGKILL after ``kill_grace_ms``.
+On Linux the server gets SIGTERM when the daemon dies (``PR_SET_PDEATHSIG``), also when
+nothing in the daemon ran to stop it. Closing it is the MCP lifecycle's order: close stdin,
+then SIGTERM to the whole group, then SIGKILL after ``kill_grace_ms``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
+import sys
 from collections import deque
+from collections.abc import Callable
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -31,6 +35,29 @@ STDERR_KEPT = 5
 """Last stderr lines kept to explain a death."""
 STDERR_LINE_KEPT = 4096
 """Bytes kept of one stderr line; the rest of a longer one is dropped."""
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """On Linux, a hook run in the child before exec: SIGTERM when the daemon dies, even by
+    SIGKILL (which only closes the server's stdin otherwise). Elsewhere None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def hook() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the daemon died before the hook ran
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return hook
 
 
 class ServerProcess:
@@ -76,6 +103,7 @@ class ServerProcess:
             cwd=cwd,
             start_new_session=True,
             limit=LINE_LIMIT,
+            preexec_fn=_die_with_parent(),
         )
         return cls(proc, log, path)
 

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
 import sys
+from pathlib import Path
+
+import pytest
 
 from cells.mcp.stdio import LINE_LIMIT, STDERR_LINE_KEPT, ServerProcess
 
 PYTHON = sys.executable
+ROOT = Path(__file__).resolve().parents[3]
 
 
 async def spawn(code: str) -> ServerProcess:
@@ -50,3 +56,43 @@ async def test_stopping_a_server_twice_signals_its_group_only_once() -> None:
     assert server.proc.returncode is not None
     assert first >= 1
     assert len(sent) == first
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+async def test_a_server_is_terminated_when_the_process_that_spawned_it_is_killed() -> None:
+    daemon_code = (
+        "import asyncio, sys\n"
+        "from cells.mcp.stdio import ServerProcess\n"
+        "async def main():\n"
+        "    s = await ServerProcess.spawn(sys.executable, ['-c', 'import time; time.sleep(60)'],"
+        " {}, None, log=None, path='/mcp')\n"
+        "    print(s.pid, flush=True)\n"
+        "    await asyncio.sleep(60)\n"
+        "asyncio.run(main())\n"
+    )
+    daemon = await asyncio.create_subprocess_exec(
+        PYTHON, "-c", daemon_code, stdout=asyncio.subprocess.PIPE, cwd=ROOT
+    )
+    assert daemon.stdout is not None
+    try:
+        async with asyncio.timeout(10):
+            pid = int(await daemon.stdout.readline())
+    finally:
+        daemon.kill()
+        await daemon.wait()
+    try:
+        async with asyncio.timeout(5):
+            while _alive(pid):  # noqa: ASYNC110 (another process's end has no event here)
+                await asyncio.sleep(0.02)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie left for init to reap counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
