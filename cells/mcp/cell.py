@@ -373,7 +373,14 @@ class McpCell:
         if self.params.offer_tools and self._ctx is not None:
             if self.leader is not None and not await self.leader.lead(self.lease):
                 return  # another node of the cluster offers them
-            offer = listing(self.path, tools, duration_ms)
+            offer, skipped = listing(self.path, tools, duration_ms)
+            if skipped:
+                self._log(
+                    "warning",
+                    "mcp_tools_not_offered",
+                    tools=skipped,
+                    detail="left out of the offer to llm cells; still callable by name",
+                )
             del offer["messages"]  # a system-only write: an llm cell takes it in silently
             await self._ctx.emit(offer)
 
@@ -426,7 +433,7 @@ class McpCell:
             except QueryTimeoutError as exc:
                 self._log("warning", "mcp_call_failed", error_code="query_timeout", detail=str(exc))
                 return reply(LIST_TOOLS, took(), str(exc), call.id, "query_timeout")
-            return listing(self.path, tools, took())
+            return listing(self.path, tools, took()).message
         code: str | None
         try:
             async with asyncio.timeout(self.external_timeout_ms / 1000):
