@@ -47,10 +47,19 @@ __all__ = ["McpCell", "ServerDiedError"]
 CLIENT_INFO = types.Implementation(name="colony-mcp-cell", version="0.1.0")
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 60.0
+DISCOVERY_GAP_S = 1.0
+"""At least this long between two discoveries: ``list_changed`` notifications in between are
+one more discovery, not one each."""
+MAX_PAGES = 100
+"""``tools/list`` pages followed at most in one discovery."""
 
 
 class ServerDiedError(Exception):
     """The stdio server is gone: the cell restarts with a new one."""
+
+
+class PagingError(Exception):
+    """A ``tools/list`` pagination that would not end."""
 
 
 class LinkError(Exception):
@@ -115,6 +124,8 @@ class McpCell:
         )
         self.query_timeout_ms: int = overlay.get("query_timeout_ms", params.query_timeout_ms)
         self.tools: list[JsonObject] = []
+        self._discovered_once = False
+        self._last_discovery = 0.0
         self.pid: int | None = None
         """The stdio server's process id while it runs."""
         self._ctx: CellContext | None = None
@@ -332,15 +343,30 @@ class McpCell:
                         w.cancel()
             if (ended is not None and ended.done()) or self._broken.is_set():
                 return
+            gap = self._last_discovery + DISCOVERY_GAP_S - time.monotonic()
+            if gap > 0 and await self._ends_within(gap, ended):
+                return
             self._changed.clear()
             await self._discover(session)
 
+    async def _ends_within(self, seconds: float, ended: asyncio.Task[str] | None) -> bool:
+        """Wait ``seconds`` (notifications meanwhile join the next discovery); True when the
+        server ends or the session breaks first."""
+        broken = asyncio.ensure_future(self._broken.wait())
+        waits: set[asyncio.Future[Any]] = {broken} if ended is None else {broken, ended}
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            broken.cancel()
+        return (ended is not None and ended.done()) or self._broken.is_set()
+
     async def _discover(self, session: ClientSession) -> None:
-        started = time.monotonic()
+        started = self._last_discovery = time.monotonic()
         try:
             async with asyncio.timeout(self.external_timeout_ms / 1000):
                 tools: list[JsonObject] = []
                 cursor: str | None = None
+                seen: set[str] = set()
                 while True:
                     page = await session.list_tools(
                         params=None
@@ -351,7 +377,12 @@ class McpCell:
                     cursor = page.next_cursor
                     if not cursor:
                         break
-        except (TimeoutError, MCPError, ValidationError) as exc:
+                    if cursor in seen:
+                        raise PagingError(f"the server repeated the cursor {cursor[:100]!r}")
+                    seen.add(cursor)
+                    if len(seen) >= MAX_PAGES:
+                        raise PagingError(f"more than {MAX_PAGES} pages")
+        except (TimeoutError, MCPError, ValidationError, PagingError) as exc:
             text = self._no_answer() if isinstance(exc, TimeoutError) else _describe(exc)
             self._failed("discovery", f"tools/list: {text}", "mcp_discovery_failed")
             return
@@ -360,6 +391,10 @@ class McpCell:
     async def _discovered(self, tools: list[JsonObject], started: float) -> None:
         """Keep the tools (memory and cell.db) and offer them when asked to."""
         duration_ms = int((time.monotonic() - started) * 1000)
+        if self._discovered_once and tools == self.tools:
+            self._log("debug", "mcp_tools_unchanged", tools=len(tools))
+            return  # nothing to write or offer again
+        self._discovered_once = True
         self.tools = tools
         if self.io is not None:
             self.io.succeeded()
