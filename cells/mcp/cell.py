@@ -37,7 +37,16 @@ from cells.mcp.cache import ToolCache
 from cells.mcp.jsonrpc import JsonRpcClient, RpcError
 from cells.mcp.params import McpParams, update_problem
 from cells.mcp.stdio import ServerProcess
-from cells.mcp.wire import LIST_TOOLS, UNKNOWN_TOOL, listing, parse_call, reply, result_text
+from cells.mcp.wire import (
+    LIST_TOOLS,
+    UNKNOWN_TOOL,
+    listing,
+    parse_call,
+    redacted,
+    reply,
+    result_text,
+    shown_url,
+)
 from cells.toolcall import ToolCallError
 from colony.cell import CellContext, CellSpec, Emission
 from colony.envelope import Envelope, JsonObject
@@ -191,7 +200,8 @@ class McpCell:
             except (RpcError, TimeoutError) as exc:
                 text = _describe(exc) if not isinstance(exc, TimeoutError) else self._no_answer()
                 delay = BACKOFF_FIRST_S if delay == 0 else min(delay * 2, BACKOFF_MAX_S)
-                self._failed("discovery", f"{endpoint}: {text}", "mcp_discovery_failed")
+                text = redacted(f"{shown_url(endpoint)}: {text}", endpoint)
+                self._failed("discovery", text, "mcp_discovery_failed")
                 await asyncio.sleep(delay)
                 continue
             await self._discovered(tools, started)
@@ -300,7 +310,7 @@ class McpCell:
                 self._settle_attempt(None)
                 await self._follow(session, None)
         except Exception as exc:
-            text = f"{endpoint}: {_describe(exc)}"
+            text = redacted(f"{shown_url(endpoint)}: {_describe(exc)}", endpoint)
             kind = "session" if up else "connect"
             self._failed(kind, text, "mcp_session_lost" if up else "mcp_connect_failed")
             return None if up else text
@@ -478,7 +488,8 @@ class McpCell:
         except TimeoutError:
             text, code = self._no_answer(), "provider_timeout"
         except LinkError as exc:
-            text, code = str(exc), "mcp_error"
+            endpoint = self.params.endpoint
+            text, code = str(exc) if endpoint is None else redacted(str(exc), endpoint), "mcp_error"
         if code is not None:
             self._log("warning", "mcp_call_failed", tool=call.name, error_code=code, detail=text)
         return reply(call.name, took(), text, call.id, code)

@@ -12,6 +12,7 @@ import json
 import re
 import signal
 from typing import Any, NamedTuple
+from urllib.parse import urlsplit, urlunsplit
 
 from cells.text import dumps_sorted
 from cells.toolcall import ToolCallError, parse_tool_call, result_turn
@@ -26,8 +27,10 @@ __all__ = [
     "listing",
     "parse_call",
     "provider_key",
+    "redacted",
     "reply",
     "result_text",
+    "shown_url",
 ]
 
 LIST_TOOLS = "__list_tools__"
@@ -176,6 +179,25 @@ def listing(path: str, tools: list[JsonObject], duration_ms: int) -> Listing:
         "messages": [],
     }
     return Listing(message, skipped)
+
+
+def shown_url(url: str) -> str:
+    """``url`` as logs and ``/health`` show it: without user info, query or fragment, where
+    credentials may sit."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:
+        return "<the endpoint>"
+    if ":" in host:
+        host = f"[{host}]"
+    return urlunsplit((parts.scheme, host + port, parts.path, "", ""))
+
+
+def redacted(text: str, url: str) -> str:
+    """``text`` with ``url`` written as :func:`shown_url` shows it."""
+    return text.replace(url, shown_url(url))
 
 
 def describe_exit(returncode: int | None, pid: int) -> str:

@@ -64,3 +64,19 @@ async def test_an_http_server_that_is_not_there_is_reported_to_health_and_calls_
         assert status.state == "failing"
         assert "127.0.0.1:1" in (status.last_error or "")
         assert colony.logs("mcp_discovery_failed")
+
+
+async def test_an_endpoints_credentials_reach_neither_the_log_nor_health(
+    make_tree: TreeFactory,
+) -> None:
+    endpoint = "http://user:s3cret@127.0.0.1:1/mcp?token=t0ken#frag"
+    params = {"endpoint": endpoint, "external_timeout_ms": 500}
+    async with ColonyHarness(make_tree(mcp_tree(params)), capture=["/sink"]) as colony:
+        hop, text, _ = await ask(colony, call("echo", {"text": "x"}))
+        assert hop["error_code"] == "mcp_error"
+        status = colony.colony.events.io.task("/mcp", "mcp_server")
+        shown = [text, status.last_error or "", *map(str, colony.logs("mcp_discovery_failed"))]
+        assert "http://127.0.0.1:1/mcp" in shown[1]
+        for line in shown:
+            for secret in ("s3cret", "user", "t0ken", "frag"):
+                assert secret not in line
