@@ -280,7 +280,8 @@ class McpCell:
         self._wanted.set()
         while True:
             failure = await self._streamable_session()
-            self._settle_attempt(failure)
+            if failure is not None:  # (an opened session settled its attempt when it opened)
+                self._settle_attempt(failure)
             if failure is None:
                 delay = 0.0
                 await self._wanted.wait()
@@ -321,6 +322,9 @@ class McpCell:
         return None
 
     def _settle_attempt(self, failure: str | None) -> None:
+        """Hand the calls waiting for a session this attempt's outcome; they want no other
+        (calls arriving during an attempt share it, not start one each after it)."""
+        self._wanted.clear()
         attempt, self._attempt = self._attempt, None
         if attempt is not None and not attempt.done():
             attempt.set_result(failure)
