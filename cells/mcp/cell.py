@@ -37,7 +37,16 @@ from cells.mcp.cache import ToolCache
 from cells.mcp.jsonrpc import JsonRpcClient, RpcError
 from cells.mcp.params import McpParams, update_problem
 from cells.mcp.stdio import ServerProcess
-from cells.mcp.wire import LIST_TOOLS, UNKNOWN_TOOL, listing, parse_call, reply, result_text
+from cells.mcp.wire import (
+    LIST_TOOLS,
+    UNKNOWN_TOOL,
+    listing,
+    parse_call,
+    redacted,
+    reply,
+    result_text,
+    shown_url,
+)
 from cells.toolcall import ToolCallError
 from colony.cell import CellContext, CellSpec, Emission
 from colony.envelope import Envelope, JsonObject
@@ -47,10 +56,19 @@ __all__ = ["McpCell", "ServerDiedError"]
 CLIENT_INFO = types.Implementation(name="colony-mcp-cell", version="0.1.0")
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 60.0
+DISCOVERY_GAP_S = 1.0
+"""At least this long between two discoveries: ``list_changed`` notifications in between are
+one more discovery, not one each."""
+MAX_PAGES = 100
+"""``tools/list`` pages followed at most in one discovery."""
 
 
 class ServerDiedError(Exception):
     """The stdio server is gone: the cell restarts with a new one."""
+
+
+class PagingError(Exception):
+    """A ``tools/list`` pagination that would not end."""
 
 
 class LinkError(Exception):
@@ -65,6 +83,26 @@ def _describe(exc: BaseException) -> str:
         return f"rpc {exc.error.code}: {exc.error.message}"
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+async def _first(*events: asyncio.Event) -> None:
+    """Wait until one of ``events`` is set."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+def _closed(exc: BaseException | None) -> bool:
+    return isinstance(exc, MCPError) and exc.error.code == types.CONNECTION_CLOSED
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """Mark a task's outcome seen (a cancelled opening may still end in an error)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _dump(model: Any) -> JsonObject:
@@ -95,6 +133,8 @@ class McpCell:
         )
         self.query_timeout_ms: int = overlay.get("query_timeout_ms", params.query_timeout_ms)
         self.tools: list[JsonObject] = []
+        self._discovered_once = False
+        self._last_discovery = 0.0
         self.pid: int | None = None
         """The stdio server's process id while it runs."""
         self._ctx: CellContext | None = None
@@ -160,7 +200,8 @@ class McpCell:
             except (RpcError, TimeoutError) as exc:
                 text = _describe(exc) if not isinstance(exc, TimeoutError) else self._no_answer()
                 delay = BACKOFF_FIRST_S if delay == 0 else min(delay * 2, BACKOFF_MAX_S)
-                self._failed("discovery", f"{endpoint}: {text}", "mcp_discovery_failed")
+                text = redacted(f"{shown_url(endpoint)}: {text}", endpoint)
+                self._failed("discovery", text, "mcp_discovery_failed")
                 await asyncio.sleep(delay)
                 continue
             await self._discovered(tools, started)
@@ -180,40 +221,57 @@ class McpCell:
             raise ServerDiedError(text) from None
         self._server, self.pid = server, server.pid
         self._log("info", "mcp_server_started", pid=server.pid, command=p.command)
-        grace = p.kill_grace_ms / 1000
-        ended = asyncio.create_task(server.ended(max(grace, 0.5)))
+        ended = asyncio.create_task(server.ended(max(p.kill_grace_ms / 1000, 0.5)))
+        text = "the mcp cell was closed"
+        died = False
         try:
-            async with ClientSession(
-                server.read_stream,
-                server.write_stream,
-                message_handler=self._on_message,
-                client_info=CLIENT_INFO,
-            ) as session:
-                opened = asyncio.create_task(self._open(session))
-                await asyncio.wait({opened, ended}, return_when=asyncio.FIRST_COMPLETED)
-                if not opened.done():
-                    opened.cancel()
-                elif opened.exception() is not None and not ended.done():
-                    text = f"the MCP server did not initialize: {_describe(opened.exception())}"  # type: ignore[arg-type]
-                    self._failed("start", text, "mcp_server_start_failed", "error")
-                    raise ServerDiedError(text)
-                if not ended.done():
-                    await self._follow(session, ended)
-                text = ended.result()
-                self._dead_text = text
-                self._dead.set()
-                self._ready.clear()
-                self._session = None
-                self._failed("exit", text, "mcp_server_died", "error")
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(5):
-                        await self._idle.wait()  # every open call has its mcp_error
+            text, died = await self._serve_stdio(server, ended)
         finally:
+            # Every way the server's run ends fails the open and waiting calls at once.
+            self._dead_text = self._dead_text or text
+            self._dead.set()
+            self._ready.clear()
             self._session = None
             if not ended.done():
                 ended.cancel()
             await server.stop(p.kill_grace_ms)
+        if died:
+            self._failed("exit", text, "mcp_server_died", "error")
+        else:
+            self._failed("start", text, "mcp_server_start_failed", "error")
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(5):
+                await self._idle.wait()  # every open call has its mcp_error
         raise ServerDiedError(text)
+
+    async def _serve_stdio(
+        self, server: ServerProcess, ended: asyncio.Task[str]
+    ) -> tuple[str, bool]:
+        """Initialize and follow the server until it ends: how it ended, and whether it died
+        (False: it did not initialize)."""
+        async with ClientSession(
+            server.read_stream,
+            server.write_stream,
+            message_handler=self._on_message,
+            client_info=CLIENT_INFO,
+        ) as session:
+            opened = asyncio.create_task(self._open(session), name=f"mcp-open {self.path}")
+            try:
+                await asyncio.wait({opened, ended}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not opened.done():
+                    # Also when run is cancelled here: no offer from an instance that is gone.
+                    opened.cancel()
+                    opened.add_done_callback(_retrieve)
+            if opened.done() and not opened.cancelled():
+                failure = opened.exception()
+                if _closed(failure):
+                    return await ended, True  # the output closed: the exit says why
+                if failure is not None and not ended.done():
+                    return f"the MCP server did not initialize: {_describe(failure)}", False
+            if not ended.done():
+                await self._follow(session, ended)
+            return ended.result(), True
 
     async def _run_streamable(self) -> None:
         """One session at a time; a broken one is reopened by the next call that needs it
@@ -222,7 +280,8 @@ class McpCell:
         self._wanted.set()
         while True:
             failure = await self._streamable_session()
-            self._settle_attempt(failure)
+            if failure is not None:  # (an opened session settled its attempt when it opened)
+                self._settle_attempt(failure)
             if failure is None:
                 delay = 0.0
                 await self._wanted.wait()
@@ -252,7 +311,7 @@ class McpCell:
                 self._settle_attempt(None)
                 await self._follow(session, None)
         except Exception as exc:
-            text = f"{endpoint}: {_describe(exc)}"
+            text = redacted(f"{shown_url(endpoint)}: {_describe(exc)}", endpoint)
             kind = "session" if up else "connect"
             self._failed(kind, text, "mcp_session_lost" if up else "mcp_connect_failed")
             return None if up else text
@@ -263,6 +322,9 @@ class McpCell:
         return None
 
     def _settle_attempt(self, failure: str | None) -> None:
+        """Hand the calls waiting for a session this attempt's outcome; they want no other
+        (calls arriving during an attempt share it, not start one each after it)."""
+        self._wanted.clear()
         attempt, self._attempt = self._attempt, None
         if attempt is not None and not attempt.done():
             attempt.set_result(failure)
@@ -295,15 +357,30 @@ class McpCell:
                         w.cancel()
             if (ended is not None and ended.done()) or self._broken.is_set():
                 return
+            gap = self._last_discovery + DISCOVERY_GAP_S - time.monotonic()
+            if gap > 0 and await self._ends_within(gap, ended):
+                return
             self._changed.clear()
             await self._discover(session)
 
+    async def _ends_within(self, seconds: float, ended: asyncio.Task[str] | None) -> bool:
+        """Wait ``seconds`` (notifications meanwhile join the next discovery); True when the
+        server ends or the session breaks first."""
+        broken = asyncio.ensure_future(self._broken.wait())
+        waits: set[asyncio.Future[Any]] = {broken} if ended is None else {broken, ended}
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            broken.cancel()
+        return (ended is not None and ended.done()) or self._broken.is_set()
+
     async def _discover(self, session: ClientSession) -> None:
-        started = time.monotonic()
+        started = self._last_discovery = time.monotonic()
         try:
             async with asyncio.timeout(self.external_timeout_ms / 1000):
                 tools: list[JsonObject] = []
                 cursor: str | None = None
+                seen: set[str] = set()
                 while True:
                     page = await session.list_tools(
                         params=None
@@ -314,7 +391,12 @@ class McpCell:
                     cursor = page.next_cursor
                     if not cursor:
                         break
-        except (TimeoutError, MCPError, ValidationError) as exc:
+                    if cursor in seen:
+                        raise PagingError(f"the server repeated the cursor {cursor[:100]!r}")
+                    seen.add(cursor)
+                    if len(seen) >= MAX_PAGES:
+                        raise PagingError(f"more than {MAX_PAGES} pages")
+        except (TimeoutError, MCPError, ValidationError, PagingError) as exc:
             text = self._no_answer() if isinstance(exc, TimeoutError) else _describe(exc)
             self._failed("discovery", f"tools/list: {text}", "mcp_discovery_failed")
             return
@@ -323,6 +405,10 @@ class McpCell:
     async def _discovered(self, tools: list[JsonObject], started: float) -> None:
         """Keep the tools (memory and cell.db) and offer them when asked to."""
         duration_ms = int((time.monotonic() - started) * 1000)
+        if self._discovered_once and tools == self.tools:
+            self._log("debug", "mcp_tools_unchanged", tools=len(tools))
+            return  # nothing to write or offer again
+        self._discovered_once = True
         self.tools = tools
         if self.io is not None:
             self.io.succeeded()
@@ -336,7 +422,14 @@ class McpCell:
         if self.params.offer_tools and self._ctx is not None:
             if self.leader is not None and not await self.leader.lead(self.lease):
                 return  # another node of the cluster offers them
-            offer = listing(self.path, tools, duration_ms)
+            offer, skipped = listing(self.path, tools, duration_ms)
+            if skipped:
+                self._log(
+                    "warning",
+                    "mcp_tools_not_offered",
+                    tools=skipped,
+                    detail="left out of the offer to llm cells; still callable by name",
+                )
             del offer["messages"]  # a system-only write: an llm cell takes it in silently
             await self._ctx.emit(offer)
 
@@ -389,7 +482,7 @@ class McpCell:
             except QueryTimeoutError as exc:
                 self._log("warning", "mcp_call_failed", error_code="query_timeout", detail=str(exc))
                 return reply(LIST_TOOLS, took(), str(exc), call.id, "query_timeout")
-            return listing(self.path, tools, took())
+            return listing(self.path, tools, took()).message
         code: str | None
         try:
             async with asyncio.timeout(self.external_timeout_ms / 1000):
@@ -399,7 +492,8 @@ class McpCell:
         except TimeoutError:
             text, code = self._no_answer(), "provider_timeout"
         except LinkError as exc:
-            text, code = str(exc), "mcp_error"
+            endpoint = self.params.endpoint
+            text, code = str(exc) if endpoint is None else redacted(str(exc), endpoint), "mcp_error"
         if code is not None:
             self._log("warning", "mcp_call_failed", tool=call.name, error_code=code, detail=text)
         return reply(call.name, took(), text, call.id, code)
@@ -429,7 +523,9 @@ class McpCell:
             if failure is not None:
                 raise LinkError(f"the MCP server cannot be reached: {failure}")
         else:
-            await self._ready.wait()
+            await _first(self._ready, self._dead)
+            if self._dead.is_set():
+                raise LinkError(self._dead_text)
         if self._session is None:
             raise LinkError(self._dead_text or "the MCP session is closed")
         return self._session

@@ -2,17 +2,21 @@
 hides the process, so its exit status would be lost), in a process group of its own, its
 stdout and stdin bridged to the SDK's :class:`mcp.ClientSession` streams line by line.
 
-Closing it is the MCP lifecycle's order: close stdin, then SIGTERM to the whole group, then
-SIGKILL after ``kill_grace_ms``.
+On Linux the server gets SIGTERM when the daemon dies (``PR_SET_PDEATHSIG``), also when
+nothing in the daemon ran to stop it. Closing it is the MCP lifecycle's order: close stdin,
+then SIGTERM to the whole group, then SIGKILL after ``kill_grace_ms``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
+import sys
 from collections import deque
+from collections.abc import Callable
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -29,6 +33,31 @@ LINE_LIMIT = 1 << 26
 """The longest line (one JSON-RPC message) read from the server: 64 MiB."""
 STDERR_KEPT = 5
 """Last stderr lines kept to explain a death."""
+STDERR_LINE_KEPT = 4096
+"""Bytes kept of one stderr line; the rest of a longer one is dropped."""
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """On Linux, a hook run in the child before exec: SIGTERM when the daemon dies, even by
+    SIGKILL (which only closes the server's stdin otherwise). Elsewhere None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def hook() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the daemon died before the hook ran
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return hook
 
 
 class ServerProcess:
@@ -41,6 +70,7 @@ class ServerProcess:
         self.path = path
         self.stderr: deque[str] = deque(maxlen=STDERR_KEPT)
         self._eof = asyncio.Event()
+        self._stopping: asyncio.Future[None] | None = None
         send_in, self.read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](
             32
         )
@@ -73,6 +103,7 @@ class ServerProcess:
             cwd=cwd,
             start_new_session=True,
             limit=LINE_LIMIT,
+            preexec_fn=_die_with_parent(),
         )
         return cls(proc, log, path)
 
@@ -109,14 +140,37 @@ class ServerProcess:
                     await stdin.drain()
 
     async def _pump_err(self) -> None:
+        """Log and keep the server's stderr lines, read in chunks: a line of any length costs
+        at most :data:`STDERR_LINE_KEPT` bytes and never stops the pump (a stopped pump would
+        let the pipe fill and block the server)."""
         stderr = self.proc.stderr
         assert stderr is not None
-        with contextlib.suppress(ValueError, OSError):
-            while line := await stderr.readline():
-                text = line.decode("utf-8", "replace").rstrip()
-                if text:
-                    self.stderr.append(text)
-                    self._note("mcp_server_stderr", line=text[:500])
+        line = bytearray()
+        skipping = False  # the rest of an overlong line, already kept in part
+        with contextlib.suppress(OSError):
+            while chunk := await stderr.read(1 << 16):
+                start = 0
+                while (end := chunk.find(b"\n", start)) >= 0:
+                    if not skipping:
+                        line += chunk[start:end]
+                        self._keep_err(bytes(line))
+                    line.clear()
+                    skipping = False
+                    start = end + 1
+                if not skipping:
+                    line += chunk[start:]
+                    if len(line) > STDERR_LINE_KEPT:
+                        self._keep_err(bytes(line[:STDERR_LINE_KEPT]) + b" [line cut]")
+                        line.clear()
+                        skipping = True
+            if line and not skipping:
+                self._keep_err(bytes(line))
+
+    def _keep_err(self, line: bytes) -> None:
+        text = line.decode("utf-8", "replace").rstrip()
+        if text:
+            self.stderr.append(text)
+            self._note("mcp_server_stderr", line=text[:500])
 
     def _note(self, event: str, **fields: object) -> None:
         if self.log is not None:
@@ -143,7 +197,14 @@ class ServerProcess:
         return text
 
     async def stop(self, grace_ms: int) -> None:
-        """Close stdin, SIGTERM the group, SIGKILL it after ``grace_ms``; then reap."""
+        """Close stdin, SIGTERM the group, SIGKILL it after ``grace_ms``; then reap. Only the
+        first call does it, later ones wait for it: a second group kill after the leader was
+        reaped could hit a process that got its id since."""
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._stop(grace_ms))
+        await asyncio.shield(self._stopping)
+
+    async def _stop(self, grace_ms: int) -> None:
         self.write_stream.close()
         stdin = self.proc.stdin
         if stdin is not None:

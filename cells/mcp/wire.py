@@ -8,8 +8,11 @@ talked to the server.
 
 from __future__ import annotations
 
+import json
+import re
 import signal
 from typing import Any, NamedTuple
+from urllib.parse import urlsplit, urlunsplit
 
 from cells.text import dumps_sorted
 from cells.toolcall import ToolCallError, parse_tool_call, result_turn
@@ -18,13 +21,16 @@ from colony.jsonwire import JsonRefused, loads
 
 __all__ = [
     "LIST_TOOLS",
+    "Listing",
     "McpCall",
     "describe_exit",
     "listing",
     "parse_call",
     "provider_key",
+    "redacted",
     "reply",
     "result_text",
+    "shown_url",
 ]
 
 LIST_TOOLS = "__list_tools__"
@@ -107,34 +113,91 @@ def provider_key(path: str) -> str:
     return path.strip("/").replace("/", "_") or "mcp"
 
 
-def listing(path: str, tools: list[JsonObject], duration_ms: int) -> JsonObject:
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+"""The tool names model providers take (OpenAI's and Anthropic's function name rule)."""
+OFFER_MAX_TOOLS = 128
+"""Tools offered at most: an llm cell refuses a whole write past its ``system_max_slots``
+(256 by default, shared with its other slots)."""
+OFFER_MAX_LEAF_BYTES = 65_536
+"""An offered tool's leaf at most, measured as the llm cell measures it (its
+``system_max_leaf_bytes`` default)."""
+EMPTY_SCHEMA: JsonObject = {"type": "object", "properties": {}}
+
+
+class Listing(NamedTuple):
+    message: JsonObject
+    skipped: dict[str, str]
+    """Tool name → why it is not offered (it stays callable by name)."""
+
+
+def listing(path: str, tools: list[JsonObject], duration_ms: int) -> Listing:
     """The ``system`` write that offers ``tools`` to an llm cell: one leaf per tool under
     ``system.tools.<provider_key>``, replacing what this server offered before. A leaf's text
     is the OpenAI function object the llm cell puts into its request; its slot is the tool's
-    name with dots as underscores (the llm cell's slots have none).
+    name.
+
+    Only what an llm cell and its provider take is offered: a name matching
+    :data:`TOOL_NAME`, once, in a leaf of at most :data:`OFFER_MAX_LEAF_BYTES`, at most
+    :data:`OFFER_MAX_TOOLS` of them; an ``inputSchema`` that is no object schema is offered as
+    one taking any object. What is left out is named in ``skipped``.
 
     This is the ``__list_tools__`` reply (meclaw's shape, with ``messages: []``); the offer
     the cell emits on its own leaves ``messages`` out, because an llm cell given an empty
     ``messages`` calls its model with no turns, and given no ``messages`` it only stores."""
     slots: JsonObject = {"$replace": True}
+    skipped: dict[str, str] = {}
+    offered = 0
     for tool in tools:
         name = tool.get("name")
         if not isinstance(name, str) or not name:
             continue
-        function: JsonObject = {
-            "name": name,
-            "parameters": tool.get("inputSchema") or {"type": "object", "properties": {}},
-        }
+        if not TOOL_NAME.fullmatch(name):
+            skipped[name] = "name is not [a-zA-Z0-9_-]{1,64}"
+            continue
+        if name in slots:
+            skipped[name] = "listed twice"
+            continue
+        if offered >= OFFER_MAX_TOOLS:
+            skipped[name] = f"more than {OFFER_MAX_TOOLS} tools"
+            continue
+        schema = tool.get("inputSchema")
+        if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+            schema = EMPTY_SCHEMA
+        function: JsonObject = {"name": name, "parameters": schema or EMPTY_SCHEMA}
         if isinstance(tool.get("description"), str):
             function["description"] = tool["description"]
-        slots[name.replace(".", "_")] = {
-            "text": dumps_sorted({"type": "function", "function": function})
-        }
-    return {
+        leaf = {"text": dumps_sorted({"type": "function", "function": function})}
+        size = len(json.dumps(leaf, separators=(",", ":"), ensure_ascii=False).encode())
+        if size > OFFER_MAX_LEAF_BYTES:
+            skipped[name] = f"its schema is {size} bytes (at most {OFFER_MAX_LEAF_BYTES})"
+            continue
+        slots[name] = leaf
+        offered += 1
+    message = {
         "header": {"mcp_tool": LIST_TOOLS, "duration_ms": duration_ms},
         "system": {"tools": {provider_key(path): slots}},
         "messages": [],
     }
+    return Listing(message, skipped)
+
+
+def shown_url(url: str) -> str:
+    """``url`` as logs and ``/health`` show it: without user info, query or fragment, where
+    credentials may sit."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:
+        return "<the endpoint>"
+    if ":" in host:
+        host = f"[{host}]"
+    return urlunsplit((parts.scheme, host + port, parts.path, "", ""))
+
+
+def redacted(text: str, url: str) -> str:
+    """``text`` with ``url`` written as :func:`shown_url` shows it."""
+    return text.replace(url, shown_url(url))
 
 
 def describe_exit(returncode: int | None, pid: int) -> str:

@@ -3,11 +3,12 @@ fixture server on 127.0.0.1."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 from colony.testing import ColonyHarness
-from tests.cells.mcp.servers import call, http_server, mcp_tree, replies, result, wait_for
+from tests.cells.mcp.servers import call, http_server, mcp_tree, replies, result, until, wait_for
 from tests.conftest import TreeFactory
 
 
@@ -64,3 +65,45 @@ async def test_an_http_server_that_is_not_there_is_reported_to_health_and_calls_
         assert status.state == "failing"
         assert "127.0.0.1:1" in (status.last_error or "")
         assert colony.logs("mcp_discovery_failed")
+
+
+async def test_an_endpoints_credentials_reach_neither_the_log_nor_health(
+    make_tree: TreeFactory,
+) -> None:
+    endpoint = "http://user:s3cret@127.0.0.1:1/mcp?token=t0ken#frag"
+    params = {"endpoint": endpoint, "external_timeout_ms": 500}
+    async with ColonyHarness(make_tree(mcp_tree(params)), capture=["/sink"]) as colony:
+        hop, text, _ = await ask(colony, call("echo", {"text": "x"}))
+        assert hop["error_code"] == "mcp_error"
+        status = colony.colony.events.io.task("/mcp", "mcp_server")
+        shown = [text, status.last_error or "", *map(str, colony.logs("mcp_discovery_failed"))]
+        assert "http://127.0.0.1:1/mcp" in shown[1]
+        for line in shown:
+            for secret in ("s3cret", "user", "t0ken", "frag"):
+                assert secret not in line
+
+
+async def test_calls_waiting_for_a_streamable_session_share_one_connection_attempt(
+    make_tree: TreeFactory,
+) -> None:
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def hold(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)  # and never answer: the attempt lasts external_timeout_ms
+
+    listener = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    endpoint = f"http://127.0.0.1:{port}/mcp"
+    params = {"transport": "streamable_http", "endpoint": endpoint, "external_timeout_ms": 1000}
+    try:
+        async with ColonyHarness(make_tree(mcp_tree(params)), capture=["/sink"]) as colony:
+            await until(lambda: accepted)
+            for n in range(3):
+                await colony.send("/mcp", call("echo", {"text": "x"}, f"c-{n}"))
+            await wait_for(colony, 3)
+            await asyncio.sleep(0.3)  # the next attempt waits for the backoff (1 s)
+            assert len(accepted) == 1
+    finally:
+        for writer in accepted:
+            writer.close()
+        listener.close()

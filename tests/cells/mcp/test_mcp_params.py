@@ -62,8 +62,8 @@ def test_a_sandbox_is_accepted_with_a_warning_that_it_is_not_enforced() -> None:
 
 def test_the_provider_key_is_the_path_with_underscores() -> None:
     assert provider_key("/main/mcp") == "main_mcp"
-    tools = listing("/main/mcp", [{"name": "a.b", "inputSchema": {"type": "object"}}], 3)
-    assert list(tools["system"]["tools"]["main_mcp"]) == ["$replace", "a_b"]
+    tools = listing("/main/mcp", [{"name": "a_b", "inputSchema": {"type": "object"}}], 3)
+    assert list(tools.message["system"]["tools"]["main_mcp"]) == ["$replace", "a_b"]
 
 
 async def test_a_command_that_does_not_exist_fails_the_cell_past_its_restarts(
