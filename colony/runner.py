@@ -23,7 +23,9 @@ of its I/O loop and its intake (one at a time, or concurrently when its type
 ``handles_concurrently``). A crash of the I/O loop, or a restart caused by a message, stops the
 intake, and the messages in hand finish and settle first, for at most ``RESTART_DRAIN_S``
 (10 s; a handling still running then settles as a backstop expiry): it has no
-``message_timeout`` backstop. A stop cancels the messages
+``message_timeout`` backstop. The first restart is immediate; each further one waits
+``RESTART_PAUSE_FIRST_S`` (0.1 s) doubling up to ``RESTART_PAUSE_MAX_S`` (5 s), and an instance
+that ran ``RESTART_PAUSE_RESET_S`` (60 s) starts that series again. A stop cancels the messages
 in hand and does not wait for them: they are counted out unsettled, so under at-least-once
 they stay in the journal and the next boot delivers them again (as the queued ones).
 """
@@ -131,6 +133,12 @@ RESTART_DRAIN_S = 10.0
 """How long a restarting long-running cell lets the messages it has in hand finish (it has no
 ``message_timeout`` backstop: a call to the outside may take long); a handling still running
 then settles as a backstop expiry, and the new instance starts."""
+
+RESTART_PAUSE_FIRST_S = 0.1
+RESTART_PAUSE_MAX_S = 5.0
+RESTART_PAUSE_RESET_S = 60.0
+"""The pauses between a long-running cell's restarts (:class:`_RestartPause`): so an outside
+server that is slow to come up does not use up the restart budget within moments."""
 
 
 def _traceback(exc: BaseException) -> str:
@@ -397,12 +405,16 @@ class CellRunner:
         )
         return Crashed(f"{type(exc).__name__}: {exc}")
 
-    def _count_restart(self) -> bool:
-        """Count a restart; True when the cell has now failed."""
+    def _count_restart(self, *, pause_s: float = 0.0) -> bool:
+        """Count a restart (made after ``pause_s``); True when the cell has now failed."""
         self.restarts += 1
         if self.restarts <= self.restart_limit:
             self.log.warning(
-                "cell_restarting", cell=self.path, restarts=self.restarts, limit=self.restart_limit
+                "cell_restarting",
+                cell=self.path,
+                restarts=self.restarts,
+                limit=self.restart_limit,
+                pause_ms=int(pause_s * 1000),
             )
             return False
         self.state = CellState.FAILED
@@ -532,7 +544,10 @@ class CellRunner:
             self.in_flight.done()
 
     async def _run_long_running(self) -> None:
+        loop = asyncio.get_running_loop()
+        pause = _RestartPause()
         while True:
+            began = loop.time()
             try:
                 cell = await self._make_cell()
             except Exception as exc:
@@ -544,9 +559,12 @@ class CellRunner:
                 )
             else:
                 await self._live(cell)
-            if self._count_restart():
+            delay = pause.next(loop.time() - began)
+            if self._count_restart(pause_s=delay):
                 await self._retire()
                 return
+            if delay:
+                await asyncio.sleep(delay)
 
     async def _live(self, cell: Cell) -> None:
         """Run one instance until it must restart (its I/O loop crashed, or a message's outcome
@@ -736,6 +754,23 @@ class _InHand:
         self.deadline = deadline
         for bound in self.bounds:
             bound.reschedule(deadline)
+
+
+class _RestartPause:
+    """The pause before a long-running cell's next instance: none after the first failure,
+    then ``RESTART_PAUSE_FIRST_S`` doubling up to ``RESTART_PAUSE_MAX_S``; an instance that
+    ran ``RESTART_PAUSE_RESET_S`` or longer starts the series again."""
+
+    def __init__(self) -> None:
+        self._next = 0.0
+
+    def next(self, ran_s: float) -> float:
+        """The pause before the next start, after an instance that lasted ``ran_s``."""
+        if ran_s >= RESTART_PAUSE_RESET_S:
+            self._next = 0.0
+        pause = self._next
+        self._next = RESTART_PAUSE_FIRST_S if pause == 0 else min(pause * 2, RESTART_PAUSE_MAX_S)
+        return pause
 
 
 def _max_concurrency(spec: CellSpec, cell_type: CellType) -> int:

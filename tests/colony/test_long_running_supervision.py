@@ -1,5 +1,6 @@
-"""A long-running cell's messages in hand across a crash of its I/O loop, a restart and a stop
-(colony/runner.py), with both intakes: one message at a time and ``handles_concurrently``."""
+"""A long-running cell's messages in hand across a crash of its I/O loop, a restart and a stop,
+and the pauses between its restarts (colony/runner.py), with both intakes: one message at a
+time and ``handles_concurrently``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from colony import runner as runner_module
 from colony.cell import CellClass, CellContext, CellSpec, CellType
 from colony.envelope import Envelope
-from colony.runner import CellRunner
+from colony.runner import CellRunner, _RestartPause
 from colony.testing import ColonyHarness
 from tests.conformance.cells import TEST_TYPES, user
 from tests.conftest import TreeFactory, cell, hive
@@ -250,3 +251,51 @@ async def test_a_message_still_in_hand_when_the_restart_drain_ends_settles_as_a_
         [line] = colony.logs("message_timeout")
         assert "restart drain" in line["detail"]
         assert runner.restarts == 1
+
+
+async def test_a_long_running_cell_that_keeps_failing_pauses_longer_before_each_restart(
+    make_tree: TreeFactory,
+) -> None:
+    script = Script()
+    starts: list[float] = []
+
+    async def io(instance: int) -> None:
+        starts.append(time.monotonic())
+        raise RuntimeError("the outside server is not up yet")
+
+    script.io = io
+    async with _harness(make_tree, script, concurrent=True, restart_limit=4) as colony:
+        runner = colony.colony.runners["/a"]
+        await _until(lambda: _state(runner) == "failed")
+        pauses = [line["pause_ms"] for line in colony.logs("cell_restarting")]
+        assert pauses == [0, 100, 200, 400]
+        gaps = [b - a for a, b in itertools.pairwise(starts)]
+        assert len(gaps) == 4
+        assert gaps[0] < 0.1
+        assert [gap >= pause / 1000 for gap, pause in zip(gaps, pauses, strict=True)] == [True] * 4
+
+
+async def test_a_stop_during_a_restart_pause_returns_at_once(
+    make_tree: TreeFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner_module, "RESTART_PAUSE_FIRST_S", 3.0)
+    script = Script()
+
+    async def io(instance: int) -> None:
+        raise RuntimeError("the outside server is not up yet")
+
+    script.io = io
+    async with _harness(make_tree, script, concurrent=False) as colony:
+        runner = colony.colony.runners["/a"]
+        await _until(lambda: runner.restarts == 2)  # now in a pause of 3 s
+        began = time.monotonic()
+    assert time.monotonic() - began < 1
+    assert _state(runner) == "stopped"
+
+
+def test_restart_pauses_double_up_to_five_seconds_and_start_over_after_a_long_run() -> None:
+    pause = _RestartPause()
+    series = [pause.next(0.5) for _ in range(9)]
+    assert series == pytest.approx([0, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0])
+    assert pause.next(runner_module.RESTART_PAUSE_RESET_S) == 0
+    assert pause.next(0.5) == pytest.approx(0.1)
