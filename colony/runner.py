@@ -17,6 +17,17 @@ failure (``cell_start_failed``, ``cell_io_crashed``, with the traceback).
   never (-1);
 * stateless: up to ``params.max_concurrency`` messages at once, one shared instance;
 * long-running: built at boot; its ``run(ctx)`` I/O loop runs beside the message handler.
+
+A long-running cell handles each message it takes in a task of its own, outside the task group
+of its I/O loop and its intake (one at a time, or concurrently when its type
+``handles_concurrently``). A crash of the I/O loop, or a restart caused by a message, stops the
+intake, and the messages in hand finish and settle first, for at most ``RESTART_DRAIN_S``
+(10 s; a handling still running then settles as a backstop expiry): it has no
+``message_timeout`` backstop. The first restart is immediate; each further one waits
+``RESTART_PAUSE_FIRST_S`` (0.1 s) doubling up to ``RESTART_PAUSE_MAX_S`` (5 s), and an instance
+that ran ``RESTART_PAUSE_RESET_S`` (60 s) starts that series again. A stop cancels the messages
+in hand and does not wait for them: they are counted out unsettled, so under at-least-once
+they stay in the journal and the next boot delivers them again (as the queued ones).
 """
 
 from __future__ import annotations
@@ -116,6 +127,18 @@ _FAIR_SHARE = 64
 Taking a queued message never waits, so a cell whose handling does not wait either (a store,
 a sink) would otherwise hold the event loop until its mailbox is empty: seconds, with 100,000
 queued, during which nothing else is routed."""
+
+
+RESTART_DRAIN_S = 10.0
+"""How long a restarting long-running cell lets the messages it has in hand finish (it has no
+``message_timeout`` backstop: a call to the outside may take long); a handling still running
+then settles as a backstop expiry, and the new instance starts."""
+
+RESTART_PAUSE_FIRST_S = 0.1
+RESTART_PAUSE_MAX_S = 5.0
+RESTART_PAUSE_RESET_S = 60.0
+"""The pauses between a long-running cell's restarts (:class:`_RestartPause`): so an outside
+server that is slow to come up does not use up the restart budget within moments."""
 
 
 def _traceback(exc: BaseException) -> str:
@@ -382,12 +405,16 @@ class CellRunner:
         )
         return Crashed(f"{type(exc).__name__}: {exc}")
 
-    def _count_restart(self) -> bool:
-        """Count a restart; True when the cell has now failed."""
+    def _count_restart(self, *, pause_s: float = 0.0) -> bool:
+        """Count a restart (made after ``pause_s``); True when the cell has now failed."""
         self.restarts += 1
         if self.restarts <= self.restart_limit:
             self.log.warning(
-                "cell_restarting", cell=self.path, restarts=self.restarts, limit=self.restart_limit
+                "cell_restarting",
+                cell=self.path,
+                restarts=self.restarts,
+                limit=self.restart_limit,
+                pause_ms=int(pause_s * 1000),
             )
             return False
         self.state = CellState.FAILED
@@ -517,7 +544,10 @@ class CellRunner:
             self.in_flight.done()
 
     async def _run_long_running(self) -> None:
+        loop = asyncio.get_running_loop()
+        pause = _RestartPause()
         while True:
+            began = loop.time()
             try:
                 cell = await self._make_cell()
             except Exception as exc:
@@ -527,19 +557,29 @@ class CellRunner:
                     error=f"{type(exc).__name__}: {exc}",
                     traceback=_traceback(exc),
                 )
-                if self._count_restart():
-                    await self._retire()
-                    return
-                continue
-            work: set[asyncio.Task[None]] = set()
+            else:
+                await self._live(cell)
+            delay = pause.next(loop.time() - began)
+            if self._count_restart(pause_s=delay):
+                await self._retire()
+                return
+            if delay:
+                await asyncio.sleep(delay)
+
+    async def _live(self, cell: Cell) -> None:
+        """Run one instance until it must restart (its I/O loop crashed, or a message's outcome
+        restarts it): the I/O loop beside the message intake. The instance is closed however
+        this ends; a stop (a cancel) ends it at once."""
+        in_hand = _InHand(self.in_flight)
+        try:
             try:
                 async with asyncio.TaskGroup() as group:
                     if isinstance(cell, LongRunning):
                         group.create_task(self._io(cell))
                     if self.type.handles_concurrently:
-                        group.create_task(self._concurrent_handler(cell, work))
+                        group.create_task(self._concurrent_handler(cell, in_hand))
                     else:
-                        group.create_task(self._handler(cell))
+                        group.create_task(self._handler(cell, in_hand))
             except* _Restart:
                 pass
             except* Exception as errors:
@@ -550,79 +590,187 @@ class CellRunner:
                     error=f"{type(first).__name__}: {first}",
                     traceback=_traceback(first),
                 )
+            await self._drain(in_hand)
+        finally:
+            try:
+                await self._cancel(in_hand)  # what a stop left in hand
             finally:
-                await self._drain(work)
                 await self._close(cell)
-            if self._count_restart():
-                await self._retire()
-                return
 
-    async def _drain(self, work: set[asyncio.Task[None]]) -> None:
-        """Let the messages still in hand settle (each is bounded by the backstop) before the
-        instance goes: their replies were made by a live cell. Stopping cancels them."""
-        if not work:
+    async def _drain(self, in_hand: _InHand) -> None:
+        """Let the messages still in hand finish and settle before the instance goes (their
+        replies are made by a live cell), for at most ``RESTART_DRAIN_S``: a handling still
+        running then is cut short and settles as a backstop expiry."""
+        tasks = set(in_hand.tasks)
+        if not tasks:
             return
-        try:
-            await asyncio.wait(set(work))
-        except asyncio.CancelledError:
-            for task in work:
-                task.cancel()
-            raise
+        in_hand.cut_short_at(asyncio.get_running_loop().time() + RESTART_DRAIN_S)
+        await asyncio.wait(tasks)
+        self._log_failed(tasks)
+
+    async def _cancel(self, in_hand: _InHand) -> None:
+        """Cancel the handlings still in hand and wait for them (a stop does not wait for a
+        slow call to the outside). Their messages are counted out unsettled: under
+        at-least-once they stay in the journal and the next boot delivers them again."""
+        tasks = set(in_hand.tasks)
+        if not tasks:
+            return
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
+        self._log_failed(tasks)
+
+    def _log_failed(self, tasks: set[asyncio.Task[Outcome]]) -> None:
+        """One line per handling in hand that raised past its outcome (settling it failed)."""
+        for task in tasks:
+            failure = None if task.cancelled() else task.exception()
+            if failure is not None:
+                self.log.error(
+                    "cell_settle_failed",
+                    cell=self.path,
+                    error=f"{type(failure).__name__}: {failure}",
+                    traceback=_traceback(failure),
+                    detail="a message the restarting cell had in hand could not be settled; "
+                    "under at-least-once it stays in the journal for the next boot",
+                )
 
     async def _io(self, cell: LongRunning) -> None:
         await cell.run(_Context(self))
 
-    async def _handler(self, cell: Cell) -> None:
+    def _take_in(self, cell: Cell, message: Envelope, in_hand: _InHand) -> asyncio.Task[Outcome]:
+        """Handle ``message`` in a task of its own, kept in ``in_hand``."""
+        task = asyncio.create_task(self._handle_in_hand(cell, message, in_hand))
+        in_hand.add(task)
+        return task
+
+    async def _handle_in_hand(self, cell: Cell, message: Envelope, in_hand: _InHand) -> Outcome:
+        started = now_ms()
+        bound = asyncio.timeout_at(in_hand.deadline)
+        try:
+            async with bound:
+                in_hand.bounds.add(bound)
+                try:
+                    outcome = await self._process(cell, message)
+                finally:
+                    in_hand.bounds.discard(bound)
+        except TimeoutError:
+            if not bound.expired():
+                raise
+            self.log.warning(
+                "message_timeout",
+                cell=self.path,
+                message_id=message.id,
+                trace_id=message.trace_id,
+                timeout_ms=int(RESTART_DRAIN_S * 1000),
+                detail="the cell restarted while it handled the message and it did not finish "
+                "within the restart drain; it is settled as a backstop expiry",
+            )
+            outcome = TimedOut()
+        await self.host.settle(self, message, outcome, started_ms=started)
+        return outcome
+
+    async def _handler(self, cell: Cell, in_hand: _InHand) -> None:
+        """The mailbox of a cell that handles one message at a time, in order; a message whose
+        outcome restarts the cell stops the intake."""
         while True:
             message = await self._next(None)
             assert message is not None  # no idle timeout: it waits for one
-            started = now_ms()
-            try:
-                outcome = await self._process(cell, message)
-                await self.host.settle(self, message, outcome, started_ms=started)
-            finally:
-                self.in_flight.done()
-            if self._restarts(outcome):
+            task = self._take_in(cell, message, in_hand)
+            await asyncio.wait({task})  # a crash of the I/O loop (or a stop) leaves it in hand
+            if self._restarts(task.result()):
                 raise _Restart
 
-    async def _concurrent_handler(self, cell: Cell, work: set[asyncio.Task[None]]) -> None:
-        """The mailbox of a cell that handles concurrently: each message in a task of its own
-        (kept in ``work``, outside the cell's task group, so a crash of the I/O loop lets it
-        settle), at most ``max_concurrency`` at once; a message whose outcome restarts the
-        cell stops the intake."""
+    async def _concurrent_handler(self, cell: Cell, in_hand: _InHand) -> None:
+        """The mailbox of a cell that handles concurrently: at most ``max_concurrency``
+        messages in hand at once; a message whose outcome restarts the cell stops the intake."""
         slots = asyncio.Semaphore(_max_concurrency(self.spec, self.type))
-        restart: asyncio.Future[Envelope | None] = asyncio.get_running_loop().create_future()
+        restart: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        """Set once the intake must stop: None for a restart, else what a handling raised."""
 
-        async def one(message: Envelope) -> None:
-            started = now_ms()
-            try:
-                try:
-                    outcome = await self._process(cell, message)
-                    await self.host.settle(self, message, outcome, started_ms=started)
-                finally:
-                    self.in_flight.done()
-                if self._restarts(outcome) and not restart.done():
-                    restart.set_result(None)
-            finally:
-                slots.release()
+        def ended(task: asyncio.Task[Outcome]) -> None:
+            slots.release()
+            if restart.done() or task.cancelled():
+                return
+            failure = task.exception()
+            if failure is not None:
+                restart.set_result(failure)
+            elif self._restarts(task.result()):
+                restart.set_result(None)
+
+        def take_in(taking: asyncio.Task[Envelope | None]) -> None:
+            message = taking.result()
+            assert message is not None  # no idle timeout: it waits for one
+            self._take_in(cell, message, in_hand).add_done_callback(ended)
 
         while True:
             await slots.acquire()
-            taking: asyncio.Future[Envelope | None] = asyncio.ensure_future(self._next(None))
+            taking = asyncio.create_task(self._next(None))
             try:
-                await asyncio.wait({taking, restart}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                if not taking.done():  # a restart (or a stop) came first
+                pending: set[asyncio.Future[Any]] = {taking, restart}
+                await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            except BaseException:
+                # The I/O loop crashed (or a stop came) in the very turn a message was taken:
+                # it is in hand, so the drain settles it (a stop cancels it, counted out).
+                if not taking.done():
                     taking.cancel()
-            if not taking.done():
-                raise _Restart
-            message = taking.result()
-            assert message is not None  # no idle timeout: it waits for one
-            task = asyncio.create_task(one(message))
-            work.add(task)
-            task.add_done_callback(work.discard)
+                elif not taking.cancelled() and taking.exception() is None:
+                    take_in(taking)
+                raise
+            if taking.done():
+                take_in(taking)
+            else:  # a restart came first; the message stays in the mailbox
+                taking.cancel()
             if restart.done():
+                failure = restart.result()
+                if failure is not None:
+                    raise failure
                 raise _Restart
+
+
+class _InHand:
+    """The messages one instance of a long-running cell has taken and not yet settled, each
+    handled in a task of its own outside the instance's task group, so that neither a crash of
+    its I/O loop nor a restart caused by another message cancels it. A task counts its message
+    out of ``in_flight`` when it ends, even when it was cancelled before it ever ran."""
+
+    def __init__(self, in_flight: InFlightMessages) -> None:
+        self.tasks: set[asyncio.Task[Outcome]] = set()
+        self.deadline: float | None = None
+        """When the handlings still running are cut short (loop time; None until the restart
+        drain begins)."""
+        self.bounds: set[asyncio.Timeout] = set()
+        """The cut-off of each handling running now."""
+        self._in_flight = in_flight
+
+    def add(self, task: asyncio.Task[Outcome]) -> None:
+        self.tasks.add(task)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[Outcome]) -> None:
+        self.tasks.discard(task)
+        self._in_flight.done()
+
+    def cut_short_at(self, deadline: float) -> None:
+        self.deadline = deadline
+        for bound in self.bounds:
+            bound.reschedule(deadline)
+
+
+class _RestartPause:
+    """The pause before a long-running cell's next instance: none after the first failure,
+    then ``RESTART_PAUSE_FIRST_S`` doubling up to ``RESTART_PAUSE_MAX_S``; an instance that
+    ran ``RESTART_PAUSE_RESET_S`` or longer starts the series again."""
+
+    def __init__(self) -> None:
+        self._next = 0.0
+
+    def next(self, ran_s: float) -> float:
+        """The pause before the next start, after an instance that lasted ``ran_s``."""
+        if ran_s >= RESTART_PAUSE_RESET_S:
+            self._next = 0.0
+        pause = self._next
+        self._next = RESTART_PAUSE_FIRST_S if pause == 0 else min(pause * 2, RESTART_PAUSE_MAX_S)
+        return pause
 
 
 def _max_concurrency(spec: CellSpec, cell_type: CellType) -> int:
