@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from colony.celltables import TablesHost
 from colony.config.models import CellBlock, ColonyConfig, Contract
@@ -115,6 +115,8 @@ class ParamProblem:
     """The finding is about the key itself, not its value: the loader may show it even where
     the value came from a ``${VAR}`` (a value-finding there is reworded so nothing echoes)."""
 
+
+_Model = TypeVar("_Model", bound="BaseModel")
 
 ParamsCheck = Callable[[Any, "Path | None"], list[ParamProblem]]
 """Checks a cell's params (and files in its folder) without building the cell."""
@@ -241,6 +243,23 @@ class PydanticCheck:
                 for d in diagnostics_from(exc, self.model, file="")
             ]
         return problems + (self._extra(parsed, folder) if self._extra is not None else [])
+
+
+def birth_params(model: type[_Model], spec: CellSpec) -> _Model:
+    """``spec.params`` read with ``model`` at a cell's start; a refusal is a ``ValueError``
+    naming each bad key and why, without pydantic's echo of the input (a token, a secret
+    from ``${VAR}``). ``--validate`` has refused such params already; this is the start's
+    own guard."""
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate({} if spec.params is None else spec.params)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in e['loc']) or 'params'}: {e['msg']}"
+            for e in exc.errors()
+        )
+        raise ValueError(f"invalid {spec.type} params: {problems}") from None
 
 
 def ignored_key(key: str, known: Iterable[str]) -> ParamProblem:

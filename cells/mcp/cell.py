@@ -48,7 +48,7 @@ from cells.mcp.wire import (
     shown_url,
 )
 from cells.toolcall import ToolCallError
-from colony.cell import CellContext, CellSpec, Emission
+from colony.cell import CellContext, CellSpec, Emission, birth_params
 from colony.envelope import Envelope, JsonObject
 
 __all__ = ["McpCell", "ServerDiedError"]
@@ -112,14 +112,7 @@ def _dump(model: Any) -> JsonObject:
 
 class McpCell:
     def __init__(self, spec: CellSpec) -> None:
-        try:
-            params = McpParams.model_validate({} if spec.params is None else spec.params)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'params'}: {e['msg']}"
-                for e in exc.errors()
-            )
-            raise ValueError(f"invalid mcp params: {problems}") from None
+        params = birth_params(McpParams, spec)
         self.params = params
         self.path = spec.path
         self.log = spec.log

@@ -46,7 +46,7 @@ from cells.clusterstate import cluster_dsn
 from cells.proxy.params import IMMUTABLE_KEYS, MUTABLE_KEYS, ProxyParams
 from cells.proxy.state import CellDbState, ClusterState, ProxyState
 from cells.redact import Redactor
-from colony.cell import CellContext, CellSpec, Emission
+from colony.cell import CellContext, CellSpec, Emission, birth_params
 from colony.crashpoints import crash_point
 from colony.envelope import Envelope, JsonObject
 
@@ -231,14 +231,7 @@ class ProxyCell:
     ``retry_after`` fits in what is left of ``send_timeout_ms``."""
 
     def __init__(self, spec: CellSpec, *, sleep: Sleep | None = None) -> None:
-        try:
-            birth = ProxyParams.model_validate({} if spec.params is None else spec.params)
-        except ValidationError as exc:  # pydantic's text quotes the input (the token): drop it
-            problems = "; ".join(
-                f"{'.'.join(str(part) for part in e['loc']) or 'params'}: {e['msg']}"
-                for e in exc.errors()
-            )
-            raise ValueError(f"invalid proxy params: {problems}") from None
+        birth = birth_params(ProxyParams, spec)
         self.path = spec.path
         self.log = spec.log
         self.token = birth.bot_token

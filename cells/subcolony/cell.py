@@ -29,8 +29,6 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from cells.cellfile import ParamsOverlay, QueryTimeoutError, bounded, open_cell_db
 from cells.subcolony.child import PROTOCOL, BootFailedError, ChildColony, Launch, encode_frame
 from cells.subcolony.params import (
@@ -39,7 +37,7 @@ from cells.subcolony.params import (
     resolve_root,
     update_problem,
 )
-from colony.cell import CellContext, CellSpec, Emission
+from colony.cell import CellContext, CellSpec, Emission, birth_params
 from colony.envelope import Envelope, JsonObject
 from colony.ids import uuid7
 
@@ -89,14 +87,7 @@ class SubcolonyCell:
     contract."""
 
     def __init__(self, spec: CellSpec) -> None:
-        try:
-            birth = SubcolonyParams.model_validate({} if spec.params is None else spec.params)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(part) for part in e['loc']) or 'params'}: {e['msg']}"
-                for e in exc.errors()
-            )
-            raise ValueError(f"invalid subcolony params: {problems}") from None
+        birth = birth_params(SubcolonyParams, spec)
         self.path = spec.path
         self.log = spec.log
         self.birth = birth
