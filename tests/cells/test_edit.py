@@ -32,27 +32,18 @@ from colony.envelope import source_message
 from colony.observability import list_logger
 from colony.testing import ColonyHarness, spec_for
 from colony.validate import validate
+from tests.cells.fenced import SECRET, call, fenced_base, ok
 from tests.conftest import CONTRACT, TreeFactory, hive
-
-SECRET = "outside-secret-contents"
 
 
 @pytest.fixture
 def base(tmp_path: Path) -> Path:
     """``tmp/base`` with text files, a folder and links; ``tmp/outside`` holds a secret."""
-    root = tmp_path / "base"
-    (root / "docs").mkdir(parents=True)
-    (root / "docs" / "a.txt").write_text("alpha\nbeta\n")
-    (root / "notes.md").write_text("one two one three one\n")
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (outside / "secret.txt").write_text(SECRET)
-    (outside / "a.txt").write_text(SECRET)
-    (root / "to-secret").symlink_to(outside / "secret.txt")
-    (root / "to-nowhere").symlink_to(outside / "missing.txt")
-    (root / "to-outside").symlink_to(outside)
-    (root / "to-docs").symlink_to(root / "docs")
-    return root
+    return fenced_base(
+        tmp_path,
+        {"docs/a.txt": "alpha\nbeta\n", "notes.md": "one two one three one\n"},
+        ("secret.txt", "a.txt"),
+    )
 
 
 def untouched_outside(base: Path) -> None:
@@ -60,14 +51,6 @@ def untouched_outside(base: Path) -> None:
     assert sorted(os.listdir(outside)) == ["a.txt", "secret.txt"]
     assert (outside / "secret.txt").read_text() == SECRET
     assert (outside / "a.txt").read_text() == SECRET
-
-
-def call(args: Any, call_id: str = "call-1") -> dict[str, Any]:
-    return {
-        "messages": [
-            {"origin": "assistant", "type": "tool_call", "id": call_id, "text": json.dumps(args)}
-        ]
-    }
 
 
 def make_cell(base: Path) -> EditCell:
@@ -79,15 +62,6 @@ async def ask(base: Path | EditCell, args: Any) -> dict[str, Any]:
     [emission] = await cell.handle(source_message("/edit", call(args), ttl=8))
     content: dict[str, Any] = emission.content
     return content
-
-
-def ok(content: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    header = content["header"]
-    assert "error_code" not in header, content
-    assert isinstance(header["duration_ms"], int)
-    [turn] = content["messages"]
-    assert (turn["origin"], turn["type"], turn["id"]) == ("tool", "tool_result", "call-1")
-    return header, turn["text"]
 
 
 def error_of(content: dict[str, Any]) -> tuple[str, str, str]:

@@ -17,34 +17,16 @@ from colony.cell import ParamProblem
 from colony.envelope import source_message
 from colony.testing import ColonyHarness, spec_for
 from colony.validate import validate
+from tests.cells.fenced import SECRET, call, fenced_base, ok
 from tests.conftest import CONTRACT, TreeFactory, hive
-
-SECRET = "outside-secret-contents"
 
 
 @pytest.fixture
 def base(tmp_path: Path) -> Path:
     """``tmp/base`` with a file, a folder and links; ``tmp/outside`` holds a secret."""
-    root = tmp_path / "base"
-    (root / "docs").mkdir(parents=True)
-    (root / "docs" / "a.txt").write_text("alpha\n")
-    (root / "notes.txt").write_text("hello, world")
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (outside / "secret.txt").write_text(SECRET)
-    (root / "to-secret").symlink_to(outside / "secret.txt")
-    (root / "to-nowhere").symlink_to(outside / "missing.txt")
-    (root / "to-outside").symlink_to(outside)
-    (root / "to-docs").symlink_to(root / "docs")
-    return root
-
-
-def call(args: Any, call_id: str = "call-1") -> dict[str, Any]:
-    return {
-        "messages": [
-            {"origin": "assistant", "type": "tool_call", "id": call_id, "text": json.dumps(args)}
-        ]
-    }
+    return fenced_base(
+        tmp_path, {"docs/a.txt": "alpha\n", "notes.txt": "hello, world"}, ("secret.txt",)
+    )
 
 
 async def ask(base: Path, args: Any) -> dict[str, Any]:
@@ -52,15 +34,6 @@ async def ask(base: Path, args: Any) -> dict[str, Any]:
     [emission] = await cell.handle(source_message("/files", call(args), ttl=8))
     content: dict[str, Any] = emission.content
     return content
-
-
-def ok(content: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    header = content["header"]
-    assert "error_code" not in header, content
-    assert isinstance(header["duration_ms"], int)
-    [turn] = content["messages"]
-    assert (turn["origin"], turn["type"], turn["id"]) == ("tool", "tool_result", "call-1")
-    return header, turn["text"]
 
 
 def error_of(content: dict[str, Any]) -> tuple[str, str, str]:
