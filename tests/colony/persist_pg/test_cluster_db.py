@@ -28,6 +28,22 @@ from tests.pg import PgSchema
 P = 4
 
 
+class Collecting:
+    """A carrier that collects the texts of the claimed deliveries; nothing is dead."""
+
+    def __init__(self, got: list[str]) -> None:
+        self.got = got
+
+    def refusal(self, cell: str) -> None:
+        return None
+
+    async def deliver_claimed(self, d: Delivery) -> None:
+        self.got.append(d.message.body["text"])
+
+    async def dead_letter_claimed(self, entry: object, fx: object) -> None:
+        raise AssertionError("nothing is dead here")
+
+
 def message(partition: int, epoch: int | None, text: str = "hi") -> Envelope:
     m = source_message("/cell", {"text": text})
     m.partition, m.epoch = partition, epoch
@@ -324,19 +340,9 @@ async def test_rows_claimed_before_a_failed_claim_are_still_delivered(
         monkeypatch.setattr(member_module, "claim", failing)
         got: list[str] = []
 
-        class Carrier:
-            def refusal(self, cell: str) -> None:
-                return None
-
-            async def deliver_claimed(self, d: Delivery) -> None:
-                got.append(d.message.body["text"])
-
-            async def dead_letter_claimed(self, entry: object, fx: object) -> None:
-                raise AssertionError("nothing is dead here")
-
         try:
             with pytest.raises(psycopg.OperationalError):
-                await member._round(Carrier())
+                await member._round(Collecting(got))
             assert got == ["p0", "p1"]  # claimed before the failure, delivered anyway
         finally:
             await member.stop()
@@ -505,26 +511,16 @@ async def test_rows_of_a_claim_whose_commit_answer_is_lost_are_delivered_once(
         )
         got: list[str] = []
 
-        class Carrier:
-            def refusal(self, cell: str) -> None:
-                return None
-
-            async def deliver_claimed(self, d: Delivery) -> None:
-                got.append(d.message.body["text"])
-
-            async def dead_letter_claimed(self, entry: object, fx: object) -> None:
-                raise AssertionError("nothing is dead here")
-
         try:
             ownership = member.ownership
             ownership._conn = _ClaimAnswerLost(  # type: ignore[assignment]
                 await ownership._connection(), lands=lands
             )
             try:
-                await member._round(Carrier())
+                await member._round(Collecting(got))
             except psycopg.OperationalError:
                 assert not lands
-                await member._round(Carrier())
+                await member._round(Collecting(got))
             assert sorted(got) == sent
             assert select(pg_schema, "SELECT count(*) FROM journal WHERE epoch IS NULL") == [(0,)]
             lost = [line for line in logs if line["event"] == "commit_answer_lost"]
