@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -93,3 +95,16 @@ async def test_a_command_that_does_not_exist_fails_the_cell_past_its_restarts(
         await colony.send("/mcp", call("echo", {"text": "x"}))
         await colony.settle()
         assert await colony.dead_letters("cell_inactive")
+
+
+def test_loading_the_cell_types_does_not_import_the_mcp_sdk() -> None:
+    # Every daemon and every --validate loads the cell types; the SDK costs ~0.8 s of start-up
+    # and is wanted only where an mcp cell is built.
+    code = (
+        "import sys; from cells import implemented_cell_types; implemented_cell_types(); "
+        "print(sorted(m for m in ('mcp', 'starlette', 'opentelemetry') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"
