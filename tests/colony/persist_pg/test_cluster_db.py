@@ -575,3 +575,79 @@ async def test_a_partition_freed_during_a_writers_transaction_is_taken_only_afte
             await owner_a.release(1)
             assert (await owner_b.tick()).gained == {}
         assert (await owner_b.tick()).gained == {1: 2}
+
+
+_GATE = 0x66656E63  # an advisory lock the fence reads below wait on, inside their WHERE
+
+
+def _gated(fence: str) -> str:
+    """A fence read that, once its snapshot is taken, waits on :data:`_GATE` before it locks
+    any row: the order in which a takeover can slip between snapshot and lock."""
+    assert fence.count("FOR KEY SHARE") == 1
+    return fence.replace(
+        "FOR KEY SHARE", "AND pg_advisory_xact_lock_shared(%s) IS NOT NULL FOR KEY SHARE"
+    )
+
+
+def _waiting_at_gate(conn: psycopg.Connection[Any]) -> None:
+    """Return once a session waits for :data:`_GATE` (the server has no event to await)."""
+    deadline = time.monotonic() + 10
+    while not conn.execute(
+        "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid = %s",
+        (_GATE,),
+    ).fetchall():
+        assert time.monotonic() < deadline, "the fence read never reached the gate"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("which", ["writer", "claim"])
+async def test_a_fence_read_sees_an_epoch_changed_after_its_snapshot_whatever_the_update(
+    pg_schema: PgSchema, which: str
+) -> None:
+    """A plain UPDATE of owner and epoch (no FOR UPDATE first, as an admin's might be) commits
+    after the fence's snapshot and before its lock: the fence must find the row changed and
+    return nothing. The unique index on (partition, epoch) makes every epoch change a key
+    update, which FOR KEY SHARE re-reads; without it the fence locked the stale row."""
+    from colony.persist.pg import claims, writer
+
+    async with node(pg_schema, "a") as (_, owner):
+        await owner.tick()
+        epoch = owner.owned[0]
+        params: tuple[object, ...]
+        if which == "writer":
+            sql, params = _gated(writer._FENCE), ("a", _GATE)
+        else:
+            sql, params = _gated(claims._FENCE), (0, "a", epoch, _GATE)
+        with (
+            psycopg.connect(pg_schema.dsn, autocommit=True) as gate,
+            psycopg.connect(pg_schema.dsn, autocommit=True) as fencing,
+            psycopg.connect(pg_schema.dsn, autocommit=True) as admin,
+        ):
+            gate.execute("SELECT pg_advisory_lock(%s)", (_GATE,))
+
+            def fence() -> list[tuple[Any, ...]]:
+                with fencing.transaction():
+                    return fencing.execute(sql, params).fetchall()
+
+            read = asyncio.ensure_future(asyncio.to_thread(fence))
+            await asyncio.to_thread(_waiting_at_gate, admin)
+            admin.execute("UPDATE cluster_partitions SET owner = 'b', epoch = epoch + 1")
+            gate.execute("SELECT pg_advisory_unlock(%s)", (_GATE,))
+            rows = await asyncio.wait_for(read, 10)
+        assert [row[1:] for row in rows if row[1] is not None] == []
+
+
+async def test_a_database_made_before_the_epochs_key_gains_it_at_the_next_boot(
+    pg_schema: PgSchema,
+) -> None:
+    async with node(pg_schema, "a"):
+        pass
+    with psycopg.connect(pg_schema.dsn, autocommit=True) as conn:  # as an older daemon made it
+        conn.execute("DROP INDEX cluster_partitions_epoch")
+    async with node(pg_schema, "a"):
+        pass
+    assert select(
+        pg_schema,
+        "SELECT indisunique AND indpred IS NULL AND indimmediate FROM pg_index "
+        "WHERE indexrelid = to_regclass('cluster_partitions_epoch')",
+    ) == [(True,)]
