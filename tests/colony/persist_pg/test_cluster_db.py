@@ -529,6 +529,55 @@ async def test_rows_of_a_claim_whose_commit_answer_is_lost_are_delivered_once(
             await member.stop()
 
 
+@pytest.mark.parametrize("lands", [True, False], ids=["committed", "not committed"])
+async def test_a_claim_whose_commit_outcome_is_unknown_is_asked_after_and_delivered_once(
+    pg_schema: PgSchema, lands: bool
+) -> None:
+    """The COMMIT's answer is lost and the status session cannot connect: the claim's outcome
+    is not known. Committed, its rows carry the node's epoch and no later claim takes them:
+    the member asks again next round and delivers them then, once. Not committed, the next
+    claim takes them."""
+    from colony.cluster.member import Member
+    from colony.config.models import ClusterConfig
+    from colony.observability import list_logger
+
+    logs: list[dict[str, Any]] = []
+    async with node(pg_schema, "a") as (db, _):
+        sent = [f"p{p}-{n}" for p in range(P) for n in range(2)]
+        for text in sent:
+            await db.commit(delivery(message(int(text[1]), None, text)))
+        member = Member(
+            ClusterConfig(dsn=pg_schema.dsn, partitions=P), pg_schema.dsn, "b", list_logger(logs)
+        )
+        got: list[str] = []
+        try:
+            ownership = member.ownership
+            ownership._conn = _ClaimAnswerLost(  # type: ignore[assignment]
+                await ownership._connection(), lands=lands
+            )
+            member.dsn = "host=127.0.0.1 port=1 dbname=test connect_timeout=2"  # nothing there
+            await member._round(Collecting(got))
+            assert sorted(got) == sent[2:]  # partition 0's claim is the one in doubt
+            assert [line["partition"] for line in logs if line["event"] == "claim_outcome_unknown"]
+            assert 0 in member._replaying  # new work in partition 0 waits for its old rows
+            member.dsn = pg_schema.dsn
+            for _ in range(20):  # until the server has ended the session the claim was on
+                await member._round(Collecting(got))
+                if not member._unresolved:
+                    break
+                await asyncio.sleep(0.05)
+            await member._round(Collecting(got))
+            assert sorted(got) == sent
+            assert select(pg_schema, "SELECT count(*) FROM journal WHERE epoch IS NULL") == [(0,)]
+            resolved = [line for line in logs if line["event"] == "claim_outcome_resolved"]
+            assert [(r["partition"], r["outcome"]) for r in resolved] == [
+                (0, "committed" if lands else "aborted")
+            ]
+            assert 0 not in member._replaying
+        finally:
+            await member.stop()
+
+
 @asynccontextmanager
 async def _writer_transaction_open(db: PgDb) -> AsyncIterator[None]:
     """The writer's thread inside a transaction (its fence read, then a cell's SQL that waits)
