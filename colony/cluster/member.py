@@ -35,8 +35,9 @@ from colony.errors import BootError
 from colony.journal import SAMPLE, dead_letter_entry, redelivered_sample
 from colony.observability import Logger
 from colony.persist.journal import JournalEntry
-from colony.persist.pg.claims import claim
+from colony.persist.pg.claims import ClaimOutcomeUnknown, claim, claimed_by
 from colony.persist.pg.ownership import NodeNameTaken, Ownership
+from colony.persist.pg.txid import status_now
 from colony.persist.pg.writer import CLAIM_CHANNEL, scrub
 from colony.persist.writer import PersistenceError
 
@@ -79,6 +80,9 @@ class Member:
         """Partitions gained whose journal rows are not delivered yet (see :meth:`assign`)."""
         self._wanted: set[int] = set()
         self._wake = asyncio.Event()
+        self._unresolved: dict[tuple[int, int], int] = {}
+        """(partition, transaction id) → epoch: claims whose COMMIT got no answer and whose
+        outcome the server could not tell yet (see :meth:`_resolve`)."""
         self.claimed = 0
         """Journal rows taken in from the database (gained partitions, other nodes' ingress)."""
         self.fenced = 0
@@ -229,9 +233,12 @@ class Member:
         # not listening (reconnecting) is not lost, only later.
         entries: list[JournalEntry] = []
         try:
+            await self._resolve(entries)
             for partition in sorted(wanted | set(self.owned)):
                 claimed = await self._claim(partition)
-                if not claimed:  # nothing older left: what enters now may run here at once
+                # Nothing older left (none in a claim whose outcome is not known either): what
+                # enters now may run here at once.
+                if not claimed and not any(p == partition for p, _ in self._unresolved):
                     self._replaying.discard(partition)
                 entries += claimed
         finally:
@@ -267,17 +274,61 @@ class Member:
         if epoch is None or partition in self.ownership.draining:
             return []
         conn = await self.ownership._connection()
-        entries = await claim(
-            conn,
-            self.node,
-            partition,
-            epoch,
-            dsn=self.dsn,
-            patience_s=self.config.lease_ms / 3000,  # the next renewal is due within a lease
-            lost=lambda exc: self._answer_lost(partition, exc),
-        )
+        try:
+            entries = await claim(
+                conn,
+                self.node,
+                partition,
+                epoch,
+                dsn=self.dsn,
+                patience_s=self.config.lease_ms / 3000,  # the next renewal is due within a lease
+                lost=lambda exc: self._answer_lost(partition, exc),
+            )
+        except ClaimOutcomeUnknown as unknown:
+            self._unresolved[(partition, unknown.xid)] = epoch
+            self.log.warning(
+                "claim_outcome_unknown",
+                node=self.node,
+                partition=partition,
+                xid=unknown.xid,
+                error=self._said(unknown.cause),
+                detail="the connection failed while committing a claim of the partition's "
+                "journal rows and the database could not tell whether it committed; this node "
+                "asks again every round: committed, the rows are delivered then; not, the next "
+                "claim takes them",
+            )
+            return []
         self.claimed += len(entries)
         return entries
+
+    async def _resolve(self, out: list[JournalEntry]) -> None:
+        """Add to ``out`` the rows of the claims whose outcome was not known, for those now
+        known committed (at once: what a failure further on leaves there is still delivered).
+        A committed claim's rows carry this node's epoch, which no later claim takes: only
+        this delivers them. An aborted one's, or one the server no longer remembers, are left
+        to the next claim; one of a partition no longer held under its epoch, to the owner."""
+        for (partition, xid), epoch in list(self._unresolved.items()):
+            if self.owned.get(partition) != epoch:
+                status: str | None = "moot: the partition changed hands"
+            else:
+                status = await status_now(await self.ownership._connection(), xid)
+                if status == "in progress":
+                    continue
+            entries: list[JournalEntry] = []
+            if status == "committed":
+                conn = await self.ownership._connection()
+                entries = await claimed_by(conn, partition, epoch, xid)
+            del self._unresolved[(partition, xid)]
+            self.claimed += len(entries)
+            out += entries
+            self.log.info(
+                "claim_outcome_resolved",
+                node=self.node,
+                partition=partition,
+                xid=xid,
+                outcome=status or "forgotten by the server",
+                messages=len(entries),
+            )
 
     def _answer_lost(self, partition: int, exc: BaseException) -> None:
         self.log.warning(

@@ -11,6 +11,35 @@ A node takes free or expired partitions up to its fair share, ``ceil(partitions 
 nodes)``. Past its share (a node joined) it gives partitions back only by draining: the
 kernel stops taking new work for the partition, waits for the units in flight, then calls
 :meth:`Ownership.release`. A takeover is never forced on a live owner.
+
+Why the fence holds. The writer's and a claim's transactions read this node's rows
+``FOR KEY SHARE`` (READ COMMITTED) and commit only under the epochs they read. The rule they
+need: no transaction commits under an epoch that another transaction has moved on. Two
+orders can break it:
+
+* *Lock first, change after.* A change of epoch must wait for a fence holding the row. It
+  does because ``epoch`` is a column of a unique index (``cluster_partitions_epoch``, on
+  ``(partition, epoch)``: see :data:`colony.persist.pg.schema.EPOCH_KEY`): PostgreSQL counts an
+  UPDATE that changes a key column as a key update, and a key update conflicts with
+  ``FOR KEY SHARE``. The takeover below skips (``SKIP LOCKED``) a row so held and takes it on a
+  later tick; any other UPDATE of the epoch would wait for it.
+* *Snapshot first, change, then lock.* The fence's statement takes its snapshot when it
+  starts and locks a row only when its scan reaches it; an epoch change may commit in between.
+  PostgreSQL re-reads the row's newest version (and re-checks ``owner`` and ``epoch``) only
+  when the committed change conflicts with the lock asked for; a non-key update does not
+  conflict with ``FOR KEY SHARE``, and the fence would lock and return the row as its snapshot
+  saw it: the old epoch, under which its units would commit. With ``epoch`` in a key, every
+  change of epoch conflicts, the fence re-reads the row, finds it no longer this node's, and
+  refuses the units. (Without that index only an UPDATE preceded by ``FOR UPDATE`` was
+  recorded as a key update: an undocumented detail of PostgreSQL, and any UPDATE of the epoch
+  written without it, an admin's or a simplified takeover's, silently broke the fence.)
+
+A renewal (``expires_at``) and a release (``owner``, ``expires_at``, ``draining``) change no
+key column: they neither wait for a fence nor make one re-read, so slow commits never delay
+a lease. A fence that read its row just before a release may still commit under that epoch;
+harmless, since no other node holds the epoch: taking the partition changes it, which waits.
+The index must stay unique, non-partial, non-deferrable and on plain columns: otherwise
+PostgreSQL does not count its columns as a key.
 """
 
 from __future__ import annotations
@@ -129,9 +158,9 @@ class Ownership:
             # sessions first, or the take below would skip those rows for as long as it sleeps.
             await conn.execute(schema.FENCE_OUT, (self.node,))
             await conn.execute(schema.FORGET_GONE)
-            # FOR UPDATE below is the fence's other half: the one lock that waits for (here:
-            # skips) a row a writer's or a claim's transaction holds FOR KEY SHARE. Every
-            # change of epoch must take it; a plain UPDATE (a renewal, a release) does not wait.
+            # The fence's other half (see the module docstring): changing the epoch is a key
+            # update, which conflicts with a writer's or a claim's FOR KEY SHARE; SKIP LOCKED
+            # passes over a row so held (a later tick takes it) rather than waiting for it.
             cur = await conn.execute(
                 "UPDATE cluster_partitions SET owner = %s, epoch = epoch + 1, "
                 "expires_at = now() + %s::interval, draining = FALSE WHERE partition IN ("

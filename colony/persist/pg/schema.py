@@ -100,6 +100,8 @@ CREATE TABLE IF NOT EXISTS cluster_partitions (
     expires_at TIMESTAMPTZ,
     draining BOOLEAN NOT NULL DEFAULT FALSE
 );
+CREATE UNIQUE INDEX IF NOT EXISTS cluster_partitions_epoch
+    ON cluster_partitions(partition, epoch);
 CREATE TABLE IF NOT EXISTS cluster_nodes (
     node TEXT PRIMARY KEY,
     started_at TIMESTAMPTZ NOT NULL,
@@ -161,12 +163,22 @@ _INDEXES_ADDED = (
 """Indexes newer than the first cluster databases: the per-hop record's, and the ones
 retention's search for old rows goes by (:mod:`colony.persist.prune`)."""
 
+EPOCH_KEY = (
+    "CREATE UNIQUE INDEX IF NOT EXISTS cluster_partitions_epoch "
+    "ON cluster_partitions(partition, epoch)"
+)
+"""Makes ``epoch`` part of a key of ``cluster_partitions``, which the fence needs: PostgreSQL
+then counts every change of epoch as a key update, one a ``FOR KEY SHARE`` lock holds off and
+re-reads after, however it is written (see :mod:`colony.persist.pg.ownership`). Unique
+trivially (``partition`` is the primary key); it must stay non-partial, non-deferrable and on
+plain columns, or PostgreSQL does not count its columns as a key."""
+
 
 def _upgrade(conn: Any) -> None:
-    """Give a database made before the per-hop record or retention its columns, table and
-    indexes. Each statement runs only when what it adds is missing: DDL takes its table's
-    lock, and a node booting beside busy ones would wait on their writers (see
-    :func:`create`). Building an index on a large table holds its writers for as long."""
+    """Give a database made before the per-hop record, retention or the epoch's key its
+    columns, table and indexes. Each statement runs only when what it adds is missing: DDL
+    takes its table's lock, and a node booting beside busy ones would wait on their writers
+    (see :func:`create`). Building an index on a large table holds its writers for as long."""
     have = {
         (table, column)
         for table, column in conn.execute(
@@ -183,6 +195,8 @@ def _upgrade(conn: Any) -> None:
     for index, table, column in _INDEXES_ADDED:
         if conn.execute("SELECT to_regclass(%s)", (index,)).fetchone()[0] is None:
             conn.execute(f"CREATE INDEX IF NOT EXISTS {index} ON {table}({column})")
+    if conn.execute("SELECT to_regclass('cluster_partitions_epoch')").fetchone()[0] is None:
+        conn.execute(EPOCH_KEY)
 
 
 def _made(conn: Any) -> bool:

@@ -5,7 +5,7 @@ cut) after the server carried the COMMIT out. Work redone then is applied twice:
 would journal every delivery twice, a claim would leave rows marked as this node's that it
 never delivers. So a transaction that must know reads its id in its first round trip
 (:func:`with_xid`), and after a failed COMMIT asks a new session whether it committed
-(:func:`landed`; :func:`landed_on` from the event loop).
+(:func:`landed`, :func:`outcome`; :func:`outcome_on` from the event loop).
 """
 
 from __future__ import annotations
@@ -29,32 +29,49 @@ def with_xid(select: str) -> str:
     )
 
 
-def landed(session: Callable[[], Any], xid: int, patience_s: float) -> bool:
-    """Whether the transaction ``xid``, whose COMMIT got no answer, committed; asked on
-    ``session()`` (a psycopg connection other than the one that failed). While the old session
-    may still be finishing it (``in progress``) it is asked again, for ``patience_s``. False
-    when the server cannot tell now: the caller does the work again, as it would have."""
+def outcome(session: Callable[[], Any], xid: int, patience_s: float) -> str | None:
+    """What became of the transaction ``xid``, whose COMMIT got no answer: ``"committed"`` or
+    ``"aborted"``, asked on ``session()`` (a psycopg connection other than the one that
+    failed); None when the server cannot tell now (no answer, or still ``in progress`` after
+    ``patience_s``: the old session may be finishing it)."""
     deadline = time.monotonic() + patience_s
     while True:
         try:
             row = session().execute(STATUS, (xid,)).fetchone()
         except Exception:
-            return False
+            return None
         status = None if row is None else row[0]
+        if status in ("committed", "aborted"):
+            return str(status)
         if status != "in progress" or time.monotonic() >= deadline:
-            return status == "committed"
+            return None
         time.sleep(0.05)
 
 
-async def landed_on(dsn: str, xid: int, patience_s: float) -> bool:
-    """:func:`landed`, asked on a session of its own opened on ``dsn``, off the event loop."""
+def landed(session: Callable[[], Any], xid: int, patience_s: float) -> bool:
+    """Whether :func:`outcome` says committed. False also when the server cannot tell now: the
+    caller does the work again, as it would have."""
+    return outcome(session, xid, patience_s) == "committed"
 
-    def ask() -> bool:
+
+async def outcome_on(dsn: str, xid: int, patience_s: float) -> str | None:
+    """:func:`outcome`, asked on a session of its own opened on ``dsn``, off the event loop
+    (None as well when no session opens)."""
+
+    def ask() -> str | None:
         try:
             conn = psycopg.connect(dsn, autocommit=True, connect_timeout=5)
         except Exception:
-            return False
+            return None
         with conn:
-            return landed(lambda: conn, xid, patience_s)
+            return outcome(lambda: conn, xid, patience_s)
 
     return await asyncio.to_thread(ask)
+
+
+async def status_now(conn: psycopg.AsyncConnection[Any], xid: int) -> str | None:
+    """``txid_status(xid)`` asked once: ``"committed"``, ``"aborted"``, ``"in progress"``, or
+    None when the transaction is too old for the server to remember."""
+    cur = await conn.execute(STATUS, (xid,))
+    row = await cur.fetchone()
+    return None if row is None or row[0] is None else str(row[0])

@@ -8,8 +8,9 @@ Everything about batches, isolation of a bad piece, outages and retries is the S
   node was paused or cut off past its lease and another node took the partition over) fails
   alone with :class:`UnitFenced`: nothing of it is written, nothing is dead-lettered (the new
   owner runs the message from the journal), and ``unit_fenced`` is reported. The lock holds
-  a takeover (which locks the row ``FOR UPDATE``) until this transaction ends, so no unit
-  commits under an epoch that changed while it was being written; a renewal does not wait.
+  off any change of the row's epoch until this transaction ends, and the read sees one that
+  committed after its snapshot, so no unit commits under an epoch that changed while it was
+  being written; a renewal does not wait.
 * **Claims.** A delivery into a partition this node does not own (epoch None) is journalled
   unclaimed and its owner is woken by ``NOTIFY`` (:data:`CLAIM_CHANNEL`), sent at commit.
 
@@ -48,11 +49,12 @@ _FENCE = with_xid("SELECT partition, epoch FROM cluster_partitions WHERE owner =
 """The fence's read (every partition this node owns, locked) and, in the same round trip, the
 transaction's id, to ask after a COMMIT whose answer was lost.
 
-The lock is ``FOR KEY SHARE``, the weakest: it holds off a takeover, which changes a row's
-epoch only after locking it ``FOR UPDATE`` (:mod:`colony.persist.pg.ownership`), and nothing
-else. A renewal (an ``UPDATE`` of ``expires_at``) or a release does not wait for it; under
-``FOR SHARE`` every renewal of this node waited for the writer's transaction in progress, so
-slow commits delayed the leases and could cost the node its partitions."""
+The lock is ``FOR KEY SHARE``, the weakest: it holds off any change of a row's epoch, a key
+column (:data:`colony.persist.pg.schema.EPOCH_KEY`; the argument is in
+:mod:`colony.persist.pg.ownership`), and nothing else. A renewal (an ``UPDATE`` of
+``expires_at``) or a release does not wait for it; under ``FOR SHARE`` every renewal of this
+node waited for the writer's transaction in progress, so slow commits delayed the leases and
+could cost the node its partitions."""
 
 
 def fence_pairs(unit: Unit) -> set[tuple[int, int]]:

@@ -529,6 +529,55 @@ async def test_rows_of_a_claim_whose_commit_answer_is_lost_are_delivered_once(
             await member.stop()
 
 
+@pytest.mark.parametrize("lands", [True, False], ids=["committed", "not committed"])
+async def test_a_claim_whose_commit_outcome_is_unknown_is_asked_after_and_delivered_once(
+    pg_schema: PgSchema, lands: bool
+) -> None:
+    """The COMMIT's answer is lost and the status session cannot connect: the claim's outcome
+    is not known. Committed, its rows carry the node's epoch and no later claim takes them:
+    the member asks again next round and delivers them then, once. Not committed, the next
+    claim takes them."""
+    from colony.cluster.member import Member
+    from colony.config.models import ClusterConfig
+    from colony.observability import list_logger
+
+    logs: list[dict[str, Any]] = []
+    async with node(pg_schema, "a") as (db, _):
+        sent = [f"p{p}-{n}" for p in range(P) for n in range(2)]
+        for text in sent:
+            await db.commit(delivery(message(int(text[1]), None, text)))
+        member = Member(
+            ClusterConfig(dsn=pg_schema.dsn, partitions=P), pg_schema.dsn, "b", list_logger(logs)
+        )
+        got: list[str] = []
+        try:
+            ownership = member.ownership
+            ownership._conn = _ClaimAnswerLost(  # type: ignore[assignment]
+                await ownership._connection(), lands=lands
+            )
+            member.dsn = "host=127.0.0.1 port=1 dbname=test connect_timeout=2"  # nothing there
+            await member._round(Collecting(got))
+            assert sorted(got) == sent[2:]  # partition 0's claim is the one in doubt
+            assert [line["partition"] for line in logs if line["event"] == "claim_outcome_unknown"]
+            assert 0 in member._replaying  # new work in partition 0 waits for its old rows
+            member.dsn = pg_schema.dsn
+            for _ in range(20):  # until the server has ended the session the claim was on
+                await member._round(Collecting(got))
+                if not member._unresolved:
+                    break
+                await asyncio.sleep(0.05)
+            await member._round(Collecting(got))
+            assert sorted(got) == sent
+            assert select(pg_schema, "SELECT count(*) FROM journal WHERE epoch IS NULL") == [(0,)]
+            resolved = [line for line in logs if line["event"] == "claim_outcome_resolved"]
+            assert [(r["partition"], r["outcome"]) for r in resolved] == [
+                (0, "committed" if lands else "aborted")
+            ]
+            assert 0 not in member._replaying
+        finally:
+            await member.stop()
+
+
 @asynccontextmanager
 async def _writer_transaction_open(db: PgDb) -> AsyncIterator[None]:
     """The writer's thread inside a transaction (its fence read, then a cell's SQL that waits)
@@ -575,3 +624,79 @@ async def test_a_partition_freed_during_a_writers_transaction_is_taken_only_afte
             await owner_a.release(1)
             assert (await owner_b.tick()).gained == {}
         assert (await owner_b.tick()).gained == {1: 2}
+
+
+_GATE = 0x66656E63  # an advisory lock the fence reads below wait on, inside their WHERE
+
+
+def _gated(fence: str) -> str:
+    """A fence read that, once its snapshot is taken, waits on :data:`_GATE` before it locks
+    any row: the order in which a takeover can slip between snapshot and lock."""
+    assert fence.count("FOR KEY SHARE") == 1
+    return fence.replace(
+        "FOR KEY SHARE", "AND pg_advisory_xact_lock_shared(%s) IS NOT NULL FOR KEY SHARE"
+    )
+
+
+def _waiting_at_gate(conn: psycopg.Connection[Any]) -> None:
+    """Return once a session waits for :data:`_GATE` (the server has no event to await)."""
+    deadline = time.monotonic() + 10
+    while not conn.execute(
+        "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid = %s",
+        (_GATE,),
+    ).fetchall():
+        assert time.monotonic() < deadline, "the fence read never reached the gate"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("which", ["writer", "claim"])
+async def test_a_fence_read_sees_an_epoch_changed_after_its_snapshot_whatever_the_update(
+    pg_schema: PgSchema, which: str
+) -> None:
+    """A plain UPDATE of owner and epoch (no FOR UPDATE first, as an admin's might be) commits
+    after the fence's snapshot and before its lock: the fence must find the row changed and
+    return nothing. The unique index on (partition, epoch) makes every epoch change a key
+    update, which FOR KEY SHARE re-reads; without it the fence locked the stale row."""
+    from colony.persist.pg import claims, writer
+
+    async with node(pg_schema, "a") as (_, owner):
+        await owner.tick()
+        epoch = owner.owned[0]
+        params: tuple[object, ...]
+        if which == "writer":
+            sql, params = _gated(writer._FENCE), ("a", _GATE)
+        else:
+            sql, params = _gated(claims._FENCE), (0, "a", epoch, _GATE)
+        with (
+            psycopg.connect(pg_schema.dsn, autocommit=True) as gate,
+            psycopg.connect(pg_schema.dsn, autocommit=True) as fencing,
+            psycopg.connect(pg_schema.dsn, autocommit=True) as admin,
+        ):
+            gate.execute("SELECT pg_advisory_lock(%s)", (_GATE,))
+
+            def fence() -> list[tuple[Any, ...]]:
+                with fencing.transaction():
+                    return fencing.execute(sql, params).fetchall()
+
+            read = asyncio.ensure_future(asyncio.to_thread(fence))
+            await asyncio.to_thread(_waiting_at_gate, admin)
+            admin.execute("UPDATE cluster_partitions SET owner = 'b', epoch = epoch + 1")
+            gate.execute("SELECT pg_advisory_unlock(%s)", (_GATE,))
+            rows = await asyncio.wait_for(read, 10)
+        assert [row[1:] for row in rows if row[1] is not None] == []
+
+
+async def test_a_database_made_before_the_epochs_key_gains_it_at_the_next_boot(
+    pg_schema: PgSchema,
+) -> None:
+    async with node(pg_schema, "a"):
+        pass
+    with psycopg.connect(pg_schema.dsn, autocommit=True) as conn:  # as an older daemon made it
+        conn.execute("DROP INDEX cluster_partitions_epoch")
+    async with node(pg_schema, "a"):
+        pass
+    assert select(
+        pg_schema,
+        "SELECT indisunique AND indpred IS NULL AND indimmediate FROM pg_index "
+        "WHERE indexrelid = to_regclass('cluster_partitions_epoch')",
+    ) == [(True,)]
