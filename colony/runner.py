@@ -145,6 +145,15 @@ def _traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc)).rstrip()
 
 
+def _stop_if_asked() -> None:
+    """Raise CancelledError when this task was cancelled (a stop) and something swallowed it:
+    a task group that was already aborting swallows its parent's cancel in its errors (Python
+    3.11, 3.12), and a restart must not then run over the stop."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 def _seconds(ms: int | None) -> float | None:
     return ms / 1000 if ms is not None and ms > 0 else None
 
@@ -559,6 +568,7 @@ class CellRunner:
                 )
             else:
                 await self._live(cell)
+            _stop_if_asked()  # a stop a cell's factory or close() swallowed
             delay = pause.next(loop.time() - began)
             if self._count_restart(pause_s=delay):
                 await self._retire()
@@ -580,6 +590,10 @@ class CellRunner:
                         group.create_task(self._concurrent_handler(cell, in_hand))
                     else:
                         group.create_task(self._handler(cell, in_hand))
+                    # Wait in the body, not in the group's exit: the group's own cancel of this
+                    # task (on a failure) then lands here and is taken back; one that lands in
+                    # the exit, Python 3.11 leaves counted in cancelling().
+                    await asyncio.get_running_loop().create_future()
             except* _Restart:
                 pass
             except* Exception as errors:
@@ -590,6 +604,7 @@ class CellRunner:
                     error=f"{type(first).__name__}: {first}",
                     traceback=_traceback(first),
                 )
+            _stop_if_asked()  # a stop while the group wound down: its exit swallowed it
             await self._drain(in_hand)
         finally:
             try:

@@ -75,19 +75,69 @@ class _Probe:
         self.script.events.append(f"closed ({settled} settled)")
 
 
+@dataclass
+class Letters:
+    """A probe whose messages say what they do: each waits for the gate named by its text, and
+    one whose text is in ``crash`` then raises. Its I/O loop parks, and takes ``io_cleanup_s``
+    to end once cancelled."""
+
+    crash: set[str] = field(default_factory=set)
+    io_cleanup_s: float = 0.0
+    events: list[str] = field(default_factory=list)
+    """``<instance>:<what> <text>``, e.g. ``0:start A``."""
+    gates: dict[str, asyncio.Event] = field(default_factory=dict)
+
+    def gate(self, text: str) -> asyncio.Event:
+        return self.gates.setdefault(text, asyncio.Event())
+
+
+class _Lettered:
+    def __init__(self, script: Letters, instance: int) -> None:
+        self.script = script
+        self.instance = instance
+        self.io_alive = False
+
+    async def handle(self, message: Envelope) -> list[Any]:
+        script, n = self.script, self.instance
+        text = message.body["messages"][0]["text"]
+        script.events.append(f"{n}:start {text}")
+        await script.gate(text).wait()
+        if text in script.crash:
+            raise RuntimeError(f"{text} crashes")
+        script.events.append(f"{n}:end {text} io_alive={self.io_alive}")
+        return [{"messages": []}]
+
+    async def run(self, ctx: CellContext) -> None:
+        self.io_alive = True
+        try:
+            await _park()
+        finally:
+            self.script.events.append(f"{self.instance}:io cancelled")
+            await asyncio.sleep(self.script.io_cleanup_s)
+            self.io_alive = False
+
+
 def _harness(
-    make_tree: TreeFactory, script: Script, *, concurrent: bool, **kwargs: Any
+    make_tree: TreeFactory,
+    script: Script | Letters,
+    *,
+    concurrent: bool,
+    max_concurrency: int = 4,
+    **kwargs: Any,
 ) -> ColonyHarness:
     instances = itertools.count()
 
-    def build(spec: CellSpec) -> _Probe:
-        return _Probe(script, next(instances))
+    def build(spec: CellSpec) -> _Probe | _Lettered:
+        if isinstance(script, Script):
+            return _Probe(script, next(instances))
+        return _Lettered(script, next(instances))
 
     probe = CellType("probe", CellClass.LONG_RUNNING, build, handles_concurrently=concurrent)
     restart_limit = kwargs.pop("restart_limit", 20)
+    params = {"max_concurrency": max_concurrency}
     tree = {
         "main/config.json": hive({"from": ".", "to": "./a"}, {"from": "./a", "to": "/sink"}),
-        "main/a/config.json": cell("probe", restart_limit=restart_limit),
+        "main/a/config.json": cell("probe", params, restart_limit=restart_limit),
     }
     return ColonyHarness(
         make_tree(tree), capture=["/sink"], cell_types={**TEST_TYPES, "probe": probe}, **kwargs
@@ -291,6 +341,27 @@ async def test_a_stop_during_a_restart_pause_returns_at_once(
         began = time.monotonic()
     assert time.monotonic() - began < 1
     assert _state(runner) == "stopped"
+
+
+@INTAKES
+async def test_a_stop_while_a_restarting_instance_winds_down_stops_the_cell_for_good(
+    make_tree: TreeFactory, concurrent: bool
+) -> None:
+    # A crash aborts the instance's task group, which waits for the I/O loop to clean up;
+    # a stop that comes then must not be taken for the group's own cancel (Python 3.11's
+    # TaskGroup swallows it): no drain, no new instance, and stop() returns.
+    script = Letters(crash={"A"}, io_cleanup_s=0.3)
+    script.gate("A").set()
+    async with _harness(make_tree, script, concurrent=concurrent) as colony:
+        runner = colony.colony.runners["/a"]
+        await colony.send("/a", user("A"))
+        await _until(lambda: "0:io cancelled" in script.events)
+        stopping = asyncio.create_task(runner.stop())
+        done, _ = await asyncio.wait({stopping}, timeout=2)
+        assert done, "runner.stop() did not return"
+        assert _state(runner) == "stopped"
+        assert runner.restarts == 0
+        assert script.events == ["0:start A", "0:io cancelled"]
 
 
 def test_restart_pauses_double_up_to_five_seconds_and_start_over_after_a_long_run() -> None:
