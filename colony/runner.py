@@ -21,9 +21,10 @@ failure (``cell_start_failed``, ``cell_io_crashed``, with the traceback).
 A long-running cell handles each message it takes in a task of its own, outside the task group
 of its I/O loop and its intake (one at a time, or concurrently when its type
 ``handles_concurrently``). A crash of the I/O loop, or a restart caused by a message, stops the
-intake, and the messages in hand finish and settle first, for at most ``RESTART_DRAIN_S``
-(10 s; a handling still running then settles as a backstop expiry): it has no
-``message_timeout`` backstop. The first restart is immediate; each further one waits
+intake, and the messages in hand finish and settle first (after a message's restart, while the
+I/O loop still runs: an mcp or subcolony cell's replies come through it), for at most
+``RESTART_DRAIN_S`` (10 s; a handling still running then settles as a backstop expiry): it
+has no ``message_timeout`` backstop. The first restart is immediate; each further one waits
 ``RESTART_PAUSE_FIRST_S`` (0.1 s) doubling up to ``RESTART_PAUSE_MAX_S`` (5 s), and an instance
 that ran ``RESTART_PAUSE_RESET_S`` (60 s) starts that series again. A stop cancels the messages
 in hand and does not wait for them: they are counted out unsettled, so under at-least-once
@@ -614,12 +615,15 @@ class CellRunner:
 
     async def _drain(self, in_hand: _InHand) -> None:
         """Let the messages still in hand finish and settle before the instance goes (their
-        replies are made by a live cell), for at most ``RESTART_DRAIN_S``: a handling still
-        running then is cut short and settles as a backstop expiry."""
+        replies are made by a live cell), for at most ``RESTART_DRAIN_S`` in all: a handling
+        still running then is cut short and settles as a backstop expiry. A restart caused by
+        a message drains in the intake, beside the I/O loop; one caused by the I/O loop's crash
+        drains once the task group has ended."""
         tasks = set(in_hand.tasks)
         if not tasks:
             return
-        in_hand.cut_short_at(asyncio.get_running_loop().time() + RESTART_DRAIN_S)
+        if in_hand.deadline is None:  # (an I/O loop crash during an intake's drain: go on)
+            in_hand.cut_short_at(asyncio.get_running_loop().time() + RESTART_DRAIN_S)
         await asyncio.wait(tasks)
         self._log_failed(tasks)
 
@@ -739,6 +743,9 @@ class CellRunner:
                 failure = restart.result()
                 if failure is not None:
                     raise failure
+                # The others in hand finish while the I/O loop still runs: the replies of an
+                # mcp or subcolony cell come through it.
+                await self._drain(in_hand)
                 raise _Restart
 
 

@@ -364,6 +364,31 @@ async def test_a_stop_while_a_restarting_instance_winds_down_stops_the_cell_for_
         assert script.events == ["0:start A", "0:io cancelled"]
 
 
+async def test_a_message_that_restarts_the_cell_lets_the_others_in_hand_finish_beside_the_io_loop(
+    make_tree: TreeFactory,
+) -> None:
+    # An mcp or subcolony cell's replies come through its I/O loop: the messages in hand when
+    # another one's crash restarts the cell must finish before that loop is cancelled.
+    script = Letters(crash={"A"})
+    async with _harness(make_tree, script, concurrent=True) as colony:
+        runner = colony.colony.runners["/a"]
+        await colony.send("/a", user("A"))
+        await colony.send("/a", user("B"))
+        await _until(lambda: "0:start B" in script.events)
+        script.gate("A").set()
+        await _until(lambda: colony.logs("cell_crashed"))
+        await asyncio.sleep(0.05)
+        script.gate("B").set()
+        await colony.settle(timeout=5)
+        assert script.events == [
+            "0:start A",
+            "0:start B",
+            "0:end B io_alive=True",
+            "0:io cancelled",
+        ]
+        assert runner.restarts == 1
+
+
 def test_restart_pauses_double_up_to_five_seconds_and_start_over_after_a_long_run() -> None:
     pause = _RestartPause()
     series = [pause.next(0.5) for _ in range(9)]
