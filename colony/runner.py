@@ -721,8 +721,11 @@ class CellRunner:
             assert message is not None  # no idle timeout: it waits for one
             self._take_in(cell, message, in_hand).add_done_callback(ended)
 
-        while True:
+        while not restart.done():
             await slots.acquire()
+            if restart.done():  # the slot was freed by the handling that restarts the cell
+                slots.release()
+                break
             taking = asyncio.create_task(self._next(None))
             try:
                 pending: set[asyncio.Future[Any]] = {taking, restart}
@@ -739,14 +742,13 @@ class CellRunner:
                 take_in(taking)
             else:  # a restart came first; the message stays in the mailbox
                 taking.cancel()
-            if restart.done():
-                failure = restart.result()
-                if failure is not None:
-                    raise failure
-                # The others in hand finish while the I/O loop still runs: the replies of an
-                # mcp or subcolony cell come through it.
-                await self._drain(in_hand)
-                raise _Restart
+        failure = restart.result()
+        if failure is not None:
+            raise failure
+        # The others in hand finish while the I/O loop still runs: the replies of an mcp or
+        # subcolony cell come through it.
+        await self._drain(in_hand)
+        raise _Restart
 
 
 class _InHand:

@@ -389,6 +389,26 @@ async def test_a_message_that_restarts_the_cell_lets_the_others_in_hand_finish_b
         assert runner.restarts == 1
 
 
+async def test_a_crash_that_frees_the_last_slot_leaves_the_next_message_to_the_new_instance(
+    make_tree: TreeFactory,
+) -> None:
+    script = Letters(crash={"A"})
+    script.gate("B").set()
+    async with _harness(make_tree, script, concurrent=True, max_concurrency=1) as colony:
+        runner = colony.colony.runners["/a"]
+        await colony.send("/a", user("A"))
+        await colony.send("/a", user("B"))
+        await _until(lambda: "0:start A" in script.events and runner.mailbox.qsize() == 1)
+        script.gate("A").set()  # A's slot frees as A crashes; B waits for the next instance
+        await colony.settle(timeout=5)
+        assert script.events == [
+            "0:start A",
+            "0:io cancelled",
+            "1:start B",
+            "1:end B io_alive=True",
+        ]
+
+
 def test_restart_pauses_double_up_to_five_seconds_and_start_over_after_a_long_run() -> None:
     pause = _RestartPause()
     series = [pause.next(0.5) for _ in range(9)]
