@@ -10,7 +10,8 @@ deliveries dead-letter ``cell_inactive`` until an operator revives it (``meclaw 
 
 Every failure leaves one log line with its cause: an error emission (``cell_error``, with the
 text the emission carries), a crash (``cell_crashed``, with the traceback), a start or I/O loop
-failure (``cell_start_failed``, ``cell_io_crashed``, with the traceback).
+failure (``cell_start_failed``, ``cell_io_crashed``, with the traceback), a long-running cell's
+message that could not be settled (``cell_settle_failed``, with the traceback).
 
 * stateful: one message at a time; built on the first message; sleeps after
   ``idle_timeout_ms`` without messages (``cell.timeout`` 0), after every message (> 0), or
@@ -581,7 +582,7 @@ class CellRunner:
         """Run one instance until it must restart (its I/O loop crashed, or a message's outcome
         restarts it): the I/O loop beside the message intake. The instance is closed however
         this ends; a stop (a cancel) ends it at once."""
-        in_hand = _InHand(self.in_flight)
+        in_hand = _InHand(self.in_flight, self._settle_failed)
         try:
             try:
                 async with asyncio.TaskGroup() as group:
@@ -625,7 +626,6 @@ class CellRunner:
         if in_hand.deadline is None:  # (an I/O loop crash during an intake's drain: go on)
             in_hand.cut_short_at(asyncio.get_running_loop().time() + RESTART_DRAIN_S)
         await asyncio.wait(tasks)
-        self._log_failed(tasks)
 
     async def _cancel(self, in_hand: _InHand) -> None:
         """Cancel the handlings still in hand and wait for them (a stop does not wait for a
@@ -637,21 +637,28 @@ class CellRunner:
         for task in tasks:
             task.cancel()
         await asyncio.wait(tasks)
-        self._log_failed(tasks)
 
-    def _log_failed(self, tasks: set[asyncio.Task[Outcome]]) -> None:
-        """One line per handling in hand that raised past its outcome (settling it failed)."""
-        for task in tasks:
-            failure = None if task.cancelled() else task.exception()
-            if failure is not None:
-                self.log.error(
-                    "cell_settle_failed",
-                    cell=self.path,
-                    error=f"{type(failure).__name__}: {failure}",
-                    traceback=_traceback(failure),
-                    detail="a message the restarting cell had in hand could not be settled; "
-                    "under at-least-once it stays in the journal for the next boot",
-                )
+    def _settle_failed(self, message: Envelope, failure: BaseException) -> None:
+        """The one line of a handling in hand that raised past its outcome (settling it
+        failed), logged as it ends, whenever that is: a restart, a drain or a stop."""
+        self.log.error(
+            "cell_settle_failed",
+            cell=self.path,
+            message_id=message.id,
+            trace_id=message.trace_id,
+            error=f"{type(failure).__name__}: {failure}",
+            traceback=_traceback(failure),
+            detail="a message the cell had in hand could not be settled; under at-least-once "
+            "it stays in the journal for the next boot; the cell restarts (unless it is already "
+            "restarting or stopping)",
+        )
+
+    def _ends_instance(self, task: asyncio.Task[Outcome]) -> bool:
+        """Whether a handling that ended restarts its instance: its outcome does, or it raised
+        past it (logged by :class:`_InHand`)."""
+        if task.cancelled():
+            return False
+        return task.exception() is not None or self._restarts(task.result())
 
     async def _io(self, cell: LongRunning) -> None:
         await cell.run(_Context(self))
@@ -659,7 +666,7 @@ class CellRunner:
     def _take_in(self, cell: Cell, message: Envelope, in_hand: _InHand) -> asyncio.Task[Outcome]:
         """Handle ``message`` in a task of its own, kept in ``in_hand``."""
         task = asyncio.create_task(self._handle_in_hand(cell, message, in_hand))
-        in_hand.add(task)
+        in_hand.add(task, message)
         return task
 
     async def _handle_in_hand(self, cell: Cell, message: Envelope, in_hand: _InHand) -> Outcome:
@@ -690,30 +697,26 @@ class CellRunner:
 
     async def _handler(self, cell: Cell, in_hand: _InHand) -> None:
         """The mailbox of a cell that handles one message at a time, in order; a message whose
-        outcome restarts the cell stops the intake."""
+        outcome restarts the cell, or whose settling fails, stops the intake."""
         while True:
             message = await self._next(None)
             assert message is not None  # no idle timeout: it waits for one
             task = self._take_in(cell, message, in_hand)
             await asyncio.wait({task})  # a crash of the I/O loop (or a stop) leaves it in hand
-            if self._restarts(task.result()):
+            if self._ends_instance(task):
                 raise _Restart
 
     async def _concurrent_handler(self, cell: Cell, in_hand: _InHand) -> None:
         """The mailbox of a cell that handles concurrently: at most ``max_concurrency``
-        messages in hand at once; a message whose outcome restarts the cell stops the intake."""
+        messages in hand at once; a message whose outcome restarts the cell, or whose settling
+        fails, stops the intake."""
         slots = asyncio.Semaphore(_max_concurrency(self.spec, self.type))
-        restart: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
-        """Set once the intake must stop: None for a restart, else what a handling raised."""
+        restart: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        """Set once the intake must stop."""
 
         def ended(task: asyncio.Task[Outcome]) -> None:
             slots.release()
-            if restart.done() or task.cancelled():
-                return
-            failure = task.exception()
-            if failure is not None:
-                restart.set_result(failure)
-            elif self._restarts(task.result()):
+            if not restart.done() and self._ends_instance(task):
                 restart.set_result(None)
 
         def take_in(taking: asyncio.Task[Envelope | None]) -> None:
@@ -742,9 +745,6 @@ class CellRunner:
                 take_in(taking)
             else:  # a restart came first; the message stays in the mailbox
                 taking.cancel()
-        failure = restart.result()
-        if failure is not None:
-            raise failure
         # The others in hand finish while the I/O loop still runs: the replies of an mcp or
         # subcolony cell come through it.
         await self._drain(in_hand)
@@ -755,24 +755,32 @@ class _InHand:
     """The messages one instance of a long-running cell has taken and not yet settled, each
     handled in a task of its own outside the instance's task group, so that neither a crash of
     its I/O loop nor a restart caused by another message cancels it. A task counts its message
-    out of ``in_flight`` when it ends, even when it was cancelled before it ever ran."""
+    out of ``in_flight`` when it ends, even when it was cancelled before it ever ran, and one
+    that raised past its outcome is told to ``failed`` then: a drain or a stop that takes stock
+    of the tasks later would miss it."""
 
-    def __init__(self, in_flight: InFlightMessages) -> None:
-        self.tasks: set[asyncio.Task[Outcome]] = set()
+    def __init__(
+        self, in_flight: InFlightMessages, failed: Callable[[Envelope, BaseException], None]
+    ) -> None:
+        self.tasks: dict[asyncio.Task[Outcome], Envelope] = {}
         self.deadline: float | None = None
         """When the handlings still running are cut short (loop time; None until the restart
         drain begins)."""
         self.bounds: set[asyncio.Timeout] = set()
         """The cut-off of each handling running now."""
         self._in_flight = in_flight
+        self._failed = failed
 
-    def add(self, task: asyncio.Task[Outcome]) -> None:
-        self.tasks.add(task)
+    def add(self, task: asyncio.Task[Outcome], message: Envelope) -> None:
+        self.tasks[task] = message
         task.add_done_callback(self._ended)
 
     def _ended(self, task: asyncio.Task[Outcome]) -> None:
-        self.tasks.discard(task)
+        message = self.tasks.pop(task)
         self._in_flight.done()
+        failure = None if task.cancelled() else task.exception()
+        if failure is not None:
+            self._failed(message, failure)
 
     def cut_short_at(self, deadline: float) -> None:
         self.deadline = deadline

@@ -409,6 +409,56 @@ async def test_a_crash_that_frees_the_last_slot_leaves_the_next_message_to_the_n
         ]
 
 
+def _failing_settle(colony: ColonyHarness, monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    """Settling the message whose text is ``text`` raises (a storage failure, say)."""
+    host = colony.colony
+    real = host.settle
+
+    async def settle(runner: CellRunner, message: Envelope | None, *args: Any, **kw: Any) -> None:
+        if message is not None and message.body["messages"][0]["text"] == text:
+            raise RuntimeError(f"settling {text} failed")
+        await real(runner, message, *args, **kw)
+
+    monkeypatch.setattr(host, "settle", settle)
+
+
+@INTAKES
+async def test_a_message_in_hand_that_cannot_be_settled_is_logged_as_such_and_restarts_the_cell(
+    make_tree: TreeFactory, monkeypatch: pytest.MonkeyPatch, concurrent: bool
+) -> None:
+    script = Letters()
+    script.gate("B").set()
+    async with _harness(make_tree, script, concurrent=concurrent) as colony:
+        runner = colony.colony.runners["/a"]
+        _failing_settle(colony, monkeypatch, "B")
+        await colony.send("/a", user("B"))
+        await _until(lambda: runner.restarts == 1)
+        [line] = colony.logs("cell_settle_failed")
+        assert line["error"] == "RuntimeError: settling B failed"
+        assert "settle" in line["traceback"]
+        assert colony.logs("cell_io_crashed") == []
+
+
+@INTAKES
+async def test_a_message_whose_settling_fails_while_the_cell_stops_is_logged(
+    make_tree: TreeFactory, monkeypatch: pytest.MonkeyPatch, concurrent: bool
+) -> None:
+    # B ends while the stop waits for the I/O loop's cleanup, before the stop takes stock of
+    # the messages in hand: its failure must still leave a line.
+    script = Letters(io_cleanup_s=0.2)
+    async with _harness(make_tree, script, concurrent=concurrent) as colony:
+        runner = colony.colony.runners["/a"]
+        _failing_settle(colony, monkeypatch, "B")
+        await colony.send("/a", user("B"))
+        await _until(lambda: "0:start B" in script.events)
+        stopping = asyncio.create_task(runner.stop())
+        await _until(lambda: "0:io cancelled" in script.events)
+        script.gate("B").set()
+        await stopping
+        [line] = colony.logs("cell_settle_failed")
+        assert line["error"] == "RuntimeError: settling B failed"
+
+
 def test_restart_pauses_double_up_to_five_seconds_and_start_over_after_a_long_run() -> None:
     pause = _RestartPause()
     series = [pause.next(0.5) for _ in range(9)]
