@@ -24,8 +24,9 @@ of its I/O loop and its intake (one at a time, or concurrently when its type
 ``handles_concurrently``). A crash of the I/O loop, or a restart caused by a message, stops the
 intake, and the messages in hand finish and settle first (after a message's restart, while the
 I/O loop still runs: an mcp or subcolony cell's replies come through it), for at most
-``RESTART_DRAIN_S`` (10 s; a handling still running then settles as a backstop expiry): it
-has no ``message_timeout`` backstop. The first restart is immediate; each further one waits
+``RESTART_DRAIN_S`` (10 s; a handling still running then settles as a backstop expiry, or is
+dropped when this cluster node lost its conversation's partition): it has no
+``message_timeout`` backstop. The first restart is immediate; each further one waits
 ``RESTART_PAUSE_FIRST_S`` (0.1 s) doubling up to ``RESTART_PAUSE_MAX_S`` (5 s), and an instance
 that ran ``RESTART_PAUSE_RESET_S`` (60 s) starts that series again. A stop cancels the messages
 in hand and does not wait for them: they are counted out unsettled, so under at-least-once
@@ -134,7 +135,8 @@ queued, during which nothing else is routed."""
 RESTART_DRAIN_S = 10.0
 """How long a restarting long-running cell lets the messages it has in hand finish (it has no
 ``message_timeout`` backstop: a call to the outside may take long); a handling still running
-then settles as a backstop expiry, and the new instance starts."""
+then settles as a backstop expiry (in a cluster, one of a partition this node lost is dropped),
+and the new instance starts."""
 
 RESTART_PAUSE_FIRST_S = 0.1
 RESTART_PAUSE_MAX_S = 5.0
@@ -682,6 +684,13 @@ class CellRunner:
         except TimeoutError:
             if not bound.expired():
                 raise
+            stale = self.stale
+            then = (
+                "this node no longer owns its conversation's partition, so it is dropped "
+                "(the partition's owner runs it from the journal)"
+                if stale is not None and stale(message)
+                else "it is settled as a backstop expiry"
+            )
             self.log.warning(
                 "message_timeout",
                 cell=self.path,
@@ -689,7 +698,7 @@ class CellRunner:
                 trace_id=message.trace_id,
                 timeout_ms=int(RESTART_DRAIN_S * 1000),
                 detail="the cell restarted while it handled the message and it did not finish "
-                "within the restart drain; it is settled as a backstop expiry",
+                f"within the restart drain; {then}",
             )
             outcome = TimedOut()
         await self.host.settle(self, message, outcome, started_ms=started)

@@ -303,6 +303,32 @@ async def test_a_message_still_in_hand_when_the_restart_drain_ends_settles_as_a_
         assert runner.restarts == 1
 
 
+async def test_a_message_of_a_lost_partition_still_in_hand_when_the_drain_ends_is_said_dropped(
+    make_tree: TreeFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In a cluster, settle drops a message whose partition this node lost (hand_off_dropped):
+    # the line on its drain's end must not say it is settled as a backstop expiry.
+    monkeypatch.setattr(runner_module, "RESTART_DRAIN_S", 0.1)
+    script = Script(hold=_park)
+
+    async def io(instance: int) -> None:
+        if instance > 0:
+            await _park()
+        await script.handling.wait()
+        assert script.runner is not None
+        script.runner.stale = lambda message: True  # the partition moved to another node
+        raise RuntimeError("the I/O loop fails")
+
+    script.io = io
+    async with _harness(make_tree, script, concurrent=True) as colony:
+        script.runner = colony.colony.runners["/a"]
+        await colony.send("/a", user())
+        await _until(lambda: colony.logs("message_timeout"))
+        [line] = colony.logs("message_timeout")
+        assert "settled as a backstop expiry" not in line["detail"]
+        assert "no longer owns" in line["detail"]
+
+
 async def test_a_long_running_cell_that_keeps_failing_pauses_longer_before_each_restart(
     make_tree: TreeFactory,
 ) -> None:
