@@ -485,6 +485,24 @@ async def test_a_message_whose_settling_fails_while_the_cell_stops_is_logged(
         assert line["error"] == "RuntimeError: settling B failed"
 
 
+async def test_a_serial_long_running_cell_keeps_its_messages_in_order_across_a_crash(
+    make_tree: TreeFactory,
+) -> None:
+    script = Letters(crash={"C"})
+    async with _harness(make_tree, script, concurrent=False) as colony:
+        for text in "ABCDEF":
+            script.gate(text).set()
+            await colony.send("/a", user(text))
+        await colony.settle(timeout=5)
+    handled = [event for event in script.events if ":start" in event or ":end" in event]
+    assert handled == [
+        *("0:start A", "0:end A io_alive=True", "0:start B", "0:end B io_alive=True"),
+        "0:start C",  # it crashes: the next instance takes D
+        *("1:start D", "1:end D io_alive=True", "1:start E", "1:end E io_alive=True"),
+        *("1:start F", "1:end F io_alive=True"),
+    ]
+
+
 def test_restart_pauses_double_up_to_five_seconds_and_start_over_after_a_long_run() -> None:
     pause = _RestartPause()
     series = [pause.next(0.5) for _ in range(9)]
