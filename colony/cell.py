@@ -183,8 +183,9 @@ class CellType:
     ``params.max_concurrency``, else :attr:`default_max_concurrency`), so one slow call to the
     outside does not hold the mailbox (the mcp and subcolony cells). Replies may finish out of
     order. False: one at a time, in order. Either way a restart lets the messages in hand
-    settle first (for at most :data:`colony.runner.RESTART_DRAIN_S`) and a stop cancels them
-    (:mod:`colony.runner`)."""
+    settle first (for at most :data:`colony.runner.RESTART_DRAIN_S`; when a message's outcome
+    restarts the cell, while the I/O loop still runs, so replies that come through it arrive)
+    and a stop cancels them (:mod:`colony.runner`)."""
     runs_ahead: Callable[[CellSpec], bool] | None = None
     """Whether a message for this cell (its spec given) may reach its mailbox before the unit
     that delivers it is committed (:mod:`colony.journal`, "Running ahead"): what the cell does

@@ -10,7 +10,8 @@ deliveries dead-letter ``cell_inactive`` until an operator revives it (``meclaw 
 
 Every failure leaves one log line with its cause: an error emission (``cell_error``, with the
 text the emission carries), a crash (``cell_crashed``, with the traceback), a start or I/O loop
-failure (``cell_start_failed``, ``cell_io_crashed``, with the traceback).
+failure (``cell_start_failed``, ``cell_io_crashed``, with the traceback), a long-running cell's
+message that could not be settled (``cell_settle_failed``, with the traceback).
 
 * stateful: one message at a time; built on the first message; sleeps after
   ``idle_timeout_ms`` without messages (``cell.timeout`` 0), after every message (> 0), or
@@ -21,8 +22,10 @@ failure (``cell_start_failed``, ``cell_io_crashed``, with the traceback).
 A long-running cell handles each message it takes in a task of its own, outside the task group
 of its I/O loop and its intake (one at a time, or concurrently when its type
 ``handles_concurrently``). A crash of the I/O loop, or a restart caused by a message, stops the
-intake, and the messages in hand finish and settle first, for at most ``RESTART_DRAIN_S``
-(10 s; a handling still running then settles as a backstop expiry): it has no
+intake, and the messages in hand finish and settle first (after a message's restart, while the
+I/O loop still runs: an mcp or subcolony cell's replies come through it), for at most
+``RESTART_DRAIN_S`` (10 s; a handling still running then settles as a backstop expiry, or is
+dropped when this cluster node lost its conversation's partition): it has no
 ``message_timeout`` backstop. The first restart is immediate; each further one waits
 ``RESTART_PAUSE_FIRST_S`` (0.1 s) doubling up to ``RESTART_PAUSE_MAX_S`` (5 s), and an instance
 that ran ``RESTART_PAUSE_RESET_S`` (60 s) starts that series again. A stop cancels the messages
@@ -132,7 +135,8 @@ queued, during which nothing else is routed."""
 RESTART_DRAIN_S = 10.0
 """How long a restarting long-running cell lets the messages it has in hand finish (it has no
 ``message_timeout`` backstop: a call to the outside may take long); a handling still running
-then settles as a backstop expiry, and the new instance starts."""
+then settles as a backstop expiry (in a cluster, one of a partition this node lost is dropped),
+and the new instance starts."""
 
 RESTART_PAUSE_FIRST_S = 0.1
 RESTART_PAUSE_MAX_S = 5.0
@@ -143,6 +147,15 @@ server that is slow to come up does not use up the restart budget within moments
 
 def _traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc)).rstrip()
+
+
+def _stop_if_asked() -> None:
+    """Raise CancelledError when this task was cancelled (a stop) and something swallowed it:
+    a task group that was already aborting swallows its parent's cancel in its errors (Python
+    3.11, 3.12), and a restart must not then run over the stop."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def _seconds(ms: int | None) -> float | None:
@@ -559,6 +572,7 @@ class CellRunner:
                 )
             else:
                 await self._live(cell)
+            _stop_if_asked()  # a stop a cell's factory or close() swallowed
             delay = pause.next(loop.time() - began)
             if self._count_restart(pause_s=delay):
                 await self._retire()
@@ -570,7 +584,7 @@ class CellRunner:
         """Run one instance until it must restart (its I/O loop crashed, or a message's outcome
         restarts it): the I/O loop beside the message intake. The instance is closed however
         this ends; a stop (a cancel) ends it at once."""
-        in_hand = _InHand(self.in_flight)
+        in_hand = _InHand(self.in_flight, self._settle_failed)
         try:
             try:
                 async with asyncio.TaskGroup() as group:
@@ -580,6 +594,10 @@ class CellRunner:
                         group.create_task(self._concurrent_handler(cell, in_hand))
                     else:
                         group.create_task(self._handler(cell, in_hand))
+                    # Wait in the body, not in the group's exit: the group's own cancel of this
+                    # task (on a failure) then lands here and is taken back; one that lands in
+                    # the exit, Python 3.11 leaves counted in cancelling().
+                    await asyncio.get_running_loop().create_future()
             except* _Restart:
                 pass
             except* Exception as errors:
@@ -590,6 +608,7 @@ class CellRunner:
                     error=f"{type(first).__name__}: {first}",
                     traceback=_traceback(first),
                 )
+            _stop_if_asked()  # a stop while the group wound down: its exit swallowed it
             await self._drain(in_hand)
         finally:
             try:
@@ -599,14 +618,16 @@ class CellRunner:
 
     async def _drain(self, in_hand: _InHand) -> None:
         """Let the messages still in hand finish and settle before the instance goes (their
-        replies are made by a live cell), for at most ``RESTART_DRAIN_S``: a handling still
-        running then is cut short and settles as a backstop expiry."""
+        replies are made by a live cell), for at most ``RESTART_DRAIN_S`` in all: a handling
+        still running then is cut short and settles as a backstop expiry. A restart caused by
+        a message drains in the intake, beside the I/O loop; one caused by the I/O loop's crash
+        drains once the task group has ended."""
         tasks = set(in_hand.tasks)
         if not tasks:
             return
-        in_hand.cut_short_at(asyncio.get_running_loop().time() + RESTART_DRAIN_S)
+        if in_hand.deadline is None:  # (an I/O loop crash during an intake's drain: go on)
+            in_hand.cut_short_at(asyncio.get_running_loop().time() + RESTART_DRAIN_S)
         await asyncio.wait(tasks)
-        self._log_failed(tasks)
 
     async def _cancel(self, in_hand: _InHand) -> None:
         """Cancel the handlings still in hand and wait for them (a stop does not wait for a
@@ -618,21 +639,28 @@ class CellRunner:
         for task in tasks:
             task.cancel()
         await asyncio.wait(tasks)
-        self._log_failed(tasks)
 
-    def _log_failed(self, tasks: set[asyncio.Task[Outcome]]) -> None:
-        """One line per handling in hand that raised past its outcome (settling it failed)."""
-        for task in tasks:
-            failure = None if task.cancelled() else task.exception()
-            if failure is not None:
-                self.log.error(
-                    "cell_settle_failed",
-                    cell=self.path,
-                    error=f"{type(failure).__name__}: {failure}",
-                    traceback=_traceback(failure),
-                    detail="a message the restarting cell had in hand could not be settled; "
-                    "under at-least-once it stays in the journal for the next boot",
-                )
+    def _settle_failed(self, message: Envelope, failure: BaseException) -> None:
+        """The one line of a handling in hand that raised past its outcome (settling it
+        failed), logged as it ends, whenever that is: a restart, a drain or a stop."""
+        self.log.error(
+            "cell_settle_failed",
+            cell=self.path,
+            message_id=message.id,
+            trace_id=message.trace_id,
+            error=f"{type(failure).__name__}: {failure}",
+            traceback=_traceback(failure),
+            detail="a message the cell had in hand could not be settled; under at-least-once "
+            "it stays in the journal for the next boot; the cell restarts (unless it is already "
+            "restarting or stopping)",
+        )
+
+    def _ends_instance(self, task: asyncio.Task[Outcome]) -> bool:
+        """Whether a handling that ended restarts its instance: its outcome does, or it raised
+        past it (logged by :class:`_InHand`)."""
+        if task.cancelled():
+            return False
+        return task.exception() is not None or self._restarts(task.result())
 
     async def _io(self, cell: LongRunning) -> None:
         await cell.run(_Context(self))
@@ -640,7 +668,7 @@ class CellRunner:
     def _take_in(self, cell: Cell, message: Envelope, in_hand: _InHand) -> asyncio.Task[Outcome]:
         """Handle ``message`` in a task of its own, kept in ``in_hand``."""
         task = asyncio.create_task(self._handle_in_hand(cell, message, in_hand))
-        in_hand.add(task)
+        in_hand.add(task, message)
         return task
 
     async def _handle_in_hand(self, cell: Cell, message: Envelope, in_hand: _InHand) -> Outcome:
@@ -656,6 +684,13 @@ class CellRunner:
         except TimeoutError:
             if not bound.expired():
                 raise
+            stale = self.stale
+            then = (
+                "this node no longer owns its conversation's partition, so it is dropped "
+                "(the partition's owner runs it from the journal)"
+                if stale is not None and stale(message)
+                else "it is settled as a backstop expiry"
+            )
             self.log.warning(
                 "message_timeout",
                 cell=self.path,
@@ -663,7 +698,7 @@ class CellRunner:
                 trace_id=message.trace_id,
                 timeout_ms=int(RESTART_DRAIN_S * 1000),
                 detail="the cell restarted while it handled the message and it did not finish "
-                "within the restart drain; it is settled as a backstop expiry",
+                f"within the restart drain; {then}",
             )
             outcome = TimedOut()
         await self.host.settle(self, message, outcome, started_ms=started)
@@ -671,30 +706,26 @@ class CellRunner:
 
     async def _handler(self, cell: Cell, in_hand: _InHand) -> None:
         """The mailbox of a cell that handles one message at a time, in order; a message whose
-        outcome restarts the cell stops the intake."""
+        outcome restarts the cell, or whose settling fails, stops the intake."""
         while True:
             message = await self._next(None)
             assert message is not None  # no idle timeout: it waits for one
             task = self._take_in(cell, message, in_hand)
             await asyncio.wait({task})  # a crash of the I/O loop (or a stop) leaves it in hand
-            if self._restarts(task.result()):
+            if self._ends_instance(task):
                 raise _Restart
 
     async def _concurrent_handler(self, cell: Cell, in_hand: _InHand) -> None:
         """The mailbox of a cell that handles concurrently: at most ``max_concurrency``
-        messages in hand at once; a message whose outcome restarts the cell stops the intake."""
+        messages in hand at once; a message whose outcome restarts the cell, or whose settling
+        fails, stops the intake."""
         slots = asyncio.Semaphore(_max_concurrency(self.spec, self.type))
-        restart: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
-        """Set once the intake must stop: None for a restart, else what a handling raised."""
+        restart: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        """Set once the intake must stop."""
 
         def ended(task: asyncio.Task[Outcome]) -> None:
             slots.release()
-            if restart.done() or task.cancelled():
-                return
-            failure = task.exception()
-            if failure is not None:
-                restart.set_result(failure)
-            elif self._restarts(task.result()):
+            if not restart.done() and self._ends_instance(task):
                 restart.set_result(None)
 
         def take_in(taking: asyncio.Task[Envelope | None]) -> None:
@@ -702,8 +733,11 @@ class CellRunner:
             assert message is not None  # no idle timeout: it waits for one
             self._take_in(cell, message, in_hand).add_done_callback(ended)
 
-        while True:
+        while not restart.done():
             await slots.acquire()
+            if restart.done():  # the slot was freed by the handling that restarts the cell
+                slots.release()
+                break
             taking = asyncio.create_task(self._next(None))
             try:
                 pending: set[asyncio.Future[Any]] = {taking, restart}
@@ -720,35 +754,42 @@ class CellRunner:
                 take_in(taking)
             else:  # a restart came first; the message stays in the mailbox
                 taking.cancel()
-            if restart.done():
-                failure = restart.result()
-                if failure is not None:
-                    raise failure
-                raise _Restart
+        # The others in hand finish while the I/O loop still runs: the replies of an mcp or
+        # subcolony cell come through it.
+        await self._drain(in_hand)
+        raise _Restart
 
 
 class _InHand:
     """The messages one instance of a long-running cell has taken and not yet settled, each
     handled in a task of its own outside the instance's task group, so that neither a crash of
     its I/O loop nor a restart caused by another message cancels it. A task counts its message
-    out of ``in_flight`` when it ends, even when it was cancelled before it ever ran."""
+    out of ``in_flight`` when it ends, even when it was cancelled before it ever ran, and one
+    that raised past its outcome is told to ``failed`` then: a drain or a stop that takes stock
+    of the tasks later would miss it."""
 
-    def __init__(self, in_flight: InFlightMessages) -> None:
-        self.tasks: set[asyncio.Task[Outcome]] = set()
+    def __init__(
+        self, in_flight: InFlightMessages, failed: Callable[[Envelope, BaseException], None]
+    ) -> None:
+        self.tasks: dict[asyncio.Task[Outcome], Envelope] = {}
         self.deadline: float | None = None
         """When the handlings still running are cut short (loop time; None until the restart
         drain begins)."""
         self.bounds: set[asyncio.Timeout] = set()
         """The cut-off of each handling running now."""
         self._in_flight = in_flight
+        self._failed = failed
 
-    def add(self, task: asyncio.Task[Outcome]) -> None:
-        self.tasks.add(task)
+    def add(self, task: asyncio.Task[Outcome], message: Envelope) -> None:
+        self.tasks[task] = message
         task.add_done_callback(self._ended)
 
     def _ended(self, task: asyncio.Task[Outcome]) -> None:
-        self.tasks.discard(task)
+        message = self.tasks.pop(task)
         self._in_flight.done()
+        failure = None if task.cancelled() else task.exception()
+        if failure is not None:
+            self._failed(message, failure)
 
     def cut_short_at(self, deadline: float) -> None:
         self.deadline = deadline

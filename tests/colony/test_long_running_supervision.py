@@ -75,19 +75,69 @@ class _Probe:
         self.script.events.append(f"closed ({settled} settled)")
 
 
+@dataclass
+class Letters:
+    """A probe whose messages say what they do: each waits for the gate named by its text, and
+    one whose text is in ``crash`` then raises. Its I/O loop parks, and takes ``io_cleanup_s``
+    to end once cancelled."""
+
+    crash: set[str] = field(default_factory=set)
+    io_cleanup_s: float = 0.0
+    events: list[str] = field(default_factory=list)
+    """``<instance>:<what> <text>``, e.g. ``0:start A``."""
+    gates: dict[str, asyncio.Event] = field(default_factory=dict)
+
+    def gate(self, text: str) -> asyncio.Event:
+        return self.gates.setdefault(text, asyncio.Event())
+
+
+class _Lettered:
+    def __init__(self, script: Letters, instance: int) -> None:
+        self.script = script
+        self.instance = instance
+        self.io_alive = False
+
+    async def handle(self, message: Envelope) -> list[Any]:
+        script, n = self.script, self.instance
+        text = message.body["messages"][0]["text"]
+        script.events.append(f"{n}:start {text}")
+        await script.gate(text).wait()
+        if text in script.crash:
+            raise RuntimeError(f"{text} crashes")
+        script.events.append(f"{n}:end {text} io_alive={self.io_alive}")
+        return [{"messages": []}]
+
+    async def run(self, ctx: CellContext) -> None:
+        self.io_alive = True
+        try:
+            await _park()
+        finally:
+            self.script.events.append(f"{self.instance}:io cancelled")
+            await asyncio.sleep(self.script.io_cleanup_s)
+            self.io_alive = False
+
+
 def _harness(
-    make_tree: TreeFactory, script: Script, *, concurrent: bool, **kwargs: Any
+    make_tree: TreeFactory,
+    script: Script | Letters,
+    *,
+    concurrent: bool,
+    max_concurrency: int = 4,
+    **kwargs: Any,
 ) -> ColonyHarness:
     instances = itertools.count()
 
-    def build(spec: CellSpec) -> _Probe:
-        return _Probe(script, next(instances))
+    def build(spec: CellSpec) -> _Probe | _Lettered:
+        if isinstance(script, Script):
+            return _Probe(script, next(instances))
+        return _Lettered(script, next(instances))
 
     probe = CellType("probe", CellClass.LONG_RUNNING, build, handles_concurrently=concurrent)
     restart_limit = kwargs.pop("restart_limit", 20)
+    params = {"max_concurrency": max_concurrency}
     tree = {
         "main/config.json": hive({"from": ".", "to": "./a"}, {"from": "./a", "to": "/sink"}),
-        "main/a/config.json": cell("probe", restart_limit=restart_limit),
+        "main/a/config.json": cell("probe", params, restart_limit=restart_limit),
     }
     return ColonyHarness(
         make_tree(tree), capture=["/sink"], cell_types={**TEST_TYPES, "probe": probe}, **kwargs
@@ -253,6 +303,32 @@ async def test_a_message_still_in_hand_when_the_restart_drain_ends_settles_as_a_
         assert runner.restarts == 1
 
 
+async def test_a_message_of_a_lost_partition_still_in_hand_when_the_drain_ends_is_said_dropped(
+    make_tree: TreeFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In a cluster, settle drops a message whose partition this node lost (hand_off_dropped):
+    # the line on its drain's end must not say it is settled as a backstop expiry.
+    monkeypatch.setattr(runner_module, "RESTART_DRAIN_S", 0.1)
+    script = Script(hold=_park)
+
+    async def io(instance: int) -> None:
+        if instance > 0:
+            await _park()
+        await script.handling.wait()
+        assert script.runner is not None
+        script.runner.stale = lambda message: True  # the partition moved to another node
+        raise RuntimeError("the I/O loop fails")
+
+    script.io = io
+    async with _harness(make_tree, script, concurrent=True) as colony:
+        script.runner = colony.colony.runners["/a"]
+        await colony.send("/a", user())
+        await _until(lambda: colony.logs("message_timeout"))
+        [line] = colony.logs("message_timeout")
+        assert "settled as a backstop expiry" not in line["detail"]
+        assert "no longer owns" in line["detail"]
+
+
 async def test_a_long_running_cell_that_keeps_failing_pauses_longer_before_each_restart(
     make_tree: TreeFactory,
 ) -> None:
@@ -291,6 +367,140 @@ async def test_a_stop_during_a_restart_pause_returns_at_once(
         began = time.monotonic()
     assert time.monotonic() - began < 1
     assert _state(runner) == "stopped"
+
+
+@INTAKES
+async def test_a_stop_while_a_restarting_instance_winds_down_stops_the_cell_for_good(
+    make_tree: TreeFactory, concurrent: bool
+) -> None:
+    # A crash aborts the instance's task group, which waits for the I/O loop to clean up;
+    # a stop that comes then must not be taken for the group's own cancel (Python 3.11's
+    # TaskGroup swallows it): no drain, no new instance, and stop() returns.
+    script = Letters(crash={"A"}, io_cleanup_s=0.3)
+    script.gate("A").set()
+    async with _harness(make_tree, script, concurrent=concurrent) as colony:
+        runner = colony.colony.runners["/a"]
+        await colony.send("/a", user("A"))
+        await _until(lambda: "0:io cancelled" in script.events)
+        stopping = asyncio.create_task(runner.stop())
+        done, _ = await asyncio.wait({stopping}, timeout=2)
+        assert done, "runner.stop() did not return"
+        assert _state(runner) == "stopped"
+        assert runner.restarts == 0
+        assert script.events == ["0:start A", "0:io cancelled"]
+
+
+async def test_a_message_that_restarts_the_cell_lets_the_others_in_hand_finish_beside_the_io_loop(
+    make_tree: TreeFactory,
+) -> None:
+    # An mcp or subcolony cell's replies come through its I/O loop: the messages in hand when
+    # another one's crash restarts the cell must finish before that loop is cancelled.
+    script = Letters(crash={"A"})
+    async with _harness(make_tree, script, concurrent=True) as colony:
+        runner = colony.colony.runners["/a"]
+        await colony.send("/a", user("A"))
+        await colony.send("/a", user("B"))
+        await _until(lambda: "0:start B" in script.events)
+        script.gate("A").set()
+        await _until(lambda: colony.logs("cell_crashed"))
+        await asyncio.sleep(0.05)
+        script.gate("B").set()
+        await colony.settle(timeout=5)
+        assert script.events == [
+            "0:start A",
+            "0:start B",
+            "0:end B io_alive=True",
+            "0:io cancelled",
+        ]
+        assert runner.restarts == 1
+
+
+async def test_a_crash_that_frees_the_last_slot_leaves_the_next_message_to_the_new_instance(
+    make_tree: TreeFactory,
+) -> None:
+    script = Letters(crash={"A"})
+    script.gate("B").set()
+    async with _harness(make_tree, script, concurrent=True, max_concurrency=1) as colony:
+        runner = colony.colony.runners["/a"]
+        await colony.send("/a", user("A"))
+        await colony.send("/a", user("B"))
+        await _until(lambda: "0:start A" in script.events and runner.mailbox.qsize() == 1)
+        script.gate("A").set()  # A's slot frees as A crashes; B waits for the next instance
+        await colony.settle(timeout=5)
+        assert script.events == [
+            "0:start A",
+            "0:io cancelled",
+            "1:start B",
+            "1:end B io_alive=True",
+        ]
+
+
+def _failing_settle(colony: ColonyHarness, monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    """Settling the message whose text is ``text`` raises (a storage failure, say)."""
+    host = colony.colony
+    real = host.settle
+
+    async def settle(runner: CellRunner, message: Envelope | None, *args: Any, **kw: Any) -> None:
+        if message is not None and message.body["messages"][0]["text"] == text:
+            raise RuntimeError(f"settling {text} failed")
+        await real(runner, message, *args, **kw)
+
+    monkeypatch.setattr(host, "settle", settle)
+
+
+@INTAKES
+async def test_a_message_in_hand_that_cannot_be_settled_is_logged_as_such_and_restarts_the_cell(
+    make_tree: TreeFactory, monkeypatch: pytest.MonkeyPatch, concurrent: bool
+) -> None:
+    script = Letters()
+    script.gate("B").set()
+    async with _harness(make_tree, script, concurrent=concurrent) as colony:
+        runner = colony.colony.runners["/a"]
+        _failing_settle(colony, monkeypatch, "B")
+        await colony.send("/a", user("B"))
+        await _until(lambda: runner.restarts == 1)
+        [line] = colony.logs("cell_settle_failed")
+        assert line["error"] == "RuntimeError: settling B failed"
+        assert "settle" in line["traceback"]
+        assert colony.logs("cell_io_crashed") == []
+
+
+@INTAKES
+async def test_a_message_whose_settling_fails_while_the_cell_stops_is_logged(
+    make_tree: TreeFactory, monkeypatch: pytest.MonkeyPatch, concurrent: bool
+) -> None:
+    # B ends while the stop waits for the I/O loop's cleanup, before the stop takes stock of
+    # the messages in hand: its failure must still leave a line.
+    script = Letters(io_cleanup_s=0.2)
+    async with _harness(make_tree, script, concurrent=concurrent) as colony:
+        runner = colony.colony.runners["/a"]
+        _failing_settle(colony, monkeypatch, "B")
+        await colony.send("/a", user("B"))
+        await _until(lambda: "0:start B" in script.events)
+        stopping = asyncio.create_task(runner.stop())
+        await _until(lambda: "0:io cancelled" in script.events)
+        script.gate("B").set()
+        await stopping
+        [line] = colony.logs("cell_settle_failed")
+        assert line["error"] == "RuntimeError: settling B failed"
+
+
+async def test_a_serial_long_running_cell_keeps_its_messages_in_order_across_a_crash(
+    make_tree: TreeFactory,
+) -> None:
+    script = Letters(crash={"C"})
+    async with _harness(make_tree, script, concurrent=False) as colony:
+        for text in "ABCDEF":
+            script.gate(text).set()
+            await colony.send("/a", user(text))
+        await colony.settle(timeout=5)
+    handled = [event for event in script.events if ":start" in event or ":end" in event]
+    assert handled == [
+        *("0:start A", "0:end A io_alive=True", "0:start B", "0:end B io_alive=True"),
+        "0:start C",  # it crashes: the next instance takes D
+        *("1:start D", "1:end D io_alive=True", "1:start E", "1:end E io_alive=True"),
+        *("1:start F", "1:end F io_alive=True"),
+    ]
 
 
 def test_restart_pauses_double_up_to_five_seconds_and_start_over_after_a_long_run() -> None:
