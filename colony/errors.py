@@ -16,7 +16,9 @@
     │   └── SchemaError         … written by a newer or a foreign schema
     ├── PersistenceError        ``colony.db`` could not be written (colony.persist.writer)
     │   ├── StorageUnavailable  … nothing was committed; try again later
-    │   └── UnitRejected        … this unit alone cannot be stored
+    │   ├── UnitRejected        … this unit alone cannot be stored
+    │   └── ClaimOutcomeUnknown … a cluster claim whose COMMIT went unanswered
+    │                           (colony.persist.pg.claims)
     ├── ReadFailed              ``colony.db`` could not be read (colony.reads)
     ├── LeaseHeldError          another daemon holds the root (colony.lease)
     ├── DsnProblem              a ``cluster.dsn`` libpq would not parse; also a ValueError

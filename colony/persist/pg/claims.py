@@ -28,6 +28,7 @@ from colony.envelope import Envelope
 from colony.persist.journal import JournalEntry
 from colony.persist.pg.txid import outcome_on, with_xid
 from colony.persist.pg.writer import pg_trouble
+from colony.persist.writer import PersistenceError
 
 PAGE = 1000
 """Rows claimed per statement, at most."""
@@ -41,8 +42,11 @@ locks it (a takeover waits, a renewal does not), and the transaction's id (see
 :mod:`colony.persist.pg.txid`)."""
 
 
-class ClaimOutcomeUnknown(Exception):
-    """A claim's COMMIT got no answer and the server could not tell whether it committed."""
+class ClaimOutcomeUnknown(PersistenceError):
+    """A claim's COMMIT got no answer and the server could not tell whether it committed; the
+    member asks again at its next rounds (:mod:`colony.cluster.member`)."""
+
+    code = "claim_outcome_unknown"
 
     def __init__(self, partition: int, epoch: int, xid: int, cause: BaseException) -> None:
         super().__init__(f"the claim of partition {partition} (transaction {xid}): {cause}")
