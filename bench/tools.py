@@ -12,13 +12,16 @@
   frame written straight to a child ``python -m colony --root <copy> --stdio-format json``,
   and its reply line read back. One request at a time (median, p99).
 
-The colony runs as a daemon runs (journal and message log on). Everything is booted once and
-warmed up; the modes then alternate in every repeat, so the machine's drift hits them alike,
-and the samples of all repeats are pooled. ``--profile`` prints where the colony side's time
-goes (cProfile, own time, one extra round after the measured ones).
+The colony runs as a daemon runs (journal and message log on), and beside it a second one
+without the journal (``delivery: at_most_once``), to tell the journal's share. Everything is
+booted once and warmed up; the modes then take turns in every repeat (the order rotates), so
+the machine's drift hits them alike, and the samples of all repeats are pooled.
+``--profile`` prints where the colony side's time goes (cProfile of the event loop's thread,
+own time, one extra round after the measured ones).
 
     python bench/tools.py [--calls N] [--concurrent C] [--burst B] [--requests R]
-                          [--repeats K] [--profile] [--loop asyncio|uvloop|both]
+                          [--repeats K] [--only mcp|subcolony] [--profile]
+                          [--loop asyncio|uvloop|both]
 """
 
 from __future__ import annotations
@@ -59,6 +62,9 @@ PASSTHROUGH = ("PATH", "HOME", "USER", "LANG", "TERM")
 CHILD_ENV = {"PYTHONPATH": str(REPO)}
 """Both children run this checkout's colony, whatever the interpreter has installed."""
 WARMUP = 20
+COLONIES = {"colony": "at_least_once", "colony, no journal": "at_most_once"}
+"""The colony modes: as a daemon runs (the journal on), and without the journal, to tell its
+share."""
 
 
 class Waiter:
@@ -89,12 +95,15 @@ def _tree(root: Path, name: str, cell: dict[str, Any]) -> Path:
 
 
 @contextlib.asynccontextmanager
-async def colony_with(tree: Path, name: str) -> AsyncIterator[Callable[[Any], Awaitable[Envelope]]]:
-    """The colony booted from ``tree``; yields ``ask(body)``: the reply of the cell at
-    ``/name`` to a source message sent to it."""
+async def colony_with(
+    tree: Path, name: str, delivery: str
+) -> AsyncIterator[Callable[[Any], Awaitable[Envelope]]]:
+    """The colony booted from ``tree`` with ``delivery``; yields ``ask(body)``: the reply of
+    the cell at ``/name`` to a source message sent to it."""
     waiter = Waiter()
     types = {"waiter": CellType("waiter", CellClass.STATEFUL, lambda spec: waiter)}
-    async with ColonyHarness(tree, cell_types=types, log_level="info") as colony:
+    overrides = {"delivery": delivery}
+    async with ColonyHarness(tree, cell_types=types, colony=overrides, log_level="info") as colony:
         loop = asyncio.get_running_loop()
 
         async def ask(body: Any) -> Envelope:
@@ -148,7 +157,9 @@ def profiled(label: str, top: int = 20) -> Iterator[None]:
     finally:
         profile.disable()
         out = io.StringIO()
-        pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(top)
+        stats = pstats.Stats(profile, stream=out).sort_stats("tottime")
+        stats.print_stats(top)
+        stats.print_callers(5)  # who pays the five largest
         print(f"-- profile: {label} (own time) --")
         print(out.getvalue().split("\n\n", 2)[-1].rstrip())
 
@@ -182,73 +193,115 @@ async def bench_mcp(args: argparse.Namespace, loop: str, tmp: Path) -> None:
         },
     }
     tree = _tree(tmp / "mcp", "mcp", cell)
-    async with colony_with(tree, "mcp") as ask, direct_session() as session:
-
-        async def via_colony(n: int) -> None:
-            reply = await ask(echo_call(n))
-            turn = reply.body["messages"][0]
-            assert "error_code" not in reply.headers.hop, turn
-            assert turn["text"] == f"ping {n}", turn
+    async with contextlib.AsyncExitStack() as stack:
+        modes: dict[str, Callable[[int], Awaitable[None]]] = {}
+        for label, delivery in COLONIES.items():
+            ask = await stack.enter_async_context(colony_with(tree, "mcp", delivery))
+            modes[label] = mcp_via(ask)
+        session = await stack.enter_async_context(direct_session())
 
         async def direct(n: int) -> None:
             result = await session.call_tool("echo", {"text": f"ping {n}"})
             assert not result.is_error, result
 
-        modes = {"colony": via_colony, "direct": direct}
-        for one in modes.values():
-            await sequential(one, WARMUP)
-        seq: dict[str, list[float]] = {m: [] for m in modes}
-        per_call: dict[str, list[float]] = {m: [] for m in modes}
-        for repeat in range(args.repeats):
-            order = list(modes) if repeat % 2 == 0 else list(reversed(modes))
-            for mode in order:
-                seq[mode] += await sequential(modes[mode], args.calls)
-            for mode in order:
-                took = await burst(modes[mode], args.burst, args.concurrent)
-                per_call[mode].append(took / args.burst * 1e6)
+        modes["direct"] = direct
+        seq, per_call = await interleaved(modes, args, args.calls, args.burst)
         if args.profile:
             with profiled("an mcp call through the colony, one at a time"):
-                await sequential(via_colony, args.calls)
+                await sequential(modes["colony"], args.calls)
     print(
         f"mcp: tools/call echo over stdio, {args.repeats} repeats of {args.calls} calls one at "
         f"a time and {args.burst} with {args.concurrent} in flight"
     )
-    _report_latency("mcp", "call", seq, "the same call, SDK ClientSession direct", loop)
-    colony, direct = min(per_call["colony"]), min(per_call["direct"])
-    print(
-        f"  {args.concurrent} in flight: colony {1e6 / colony:7.0f} calls/s, direct "
-        f"{1e6 / direct:7.0f} calls/s (best repeat): {colony / direct:4.2f}x the time a call"
-    )
-    record(
-        "tools",
-        f"mcp call, {args.concurrent} in flight (time per call)",
-        colony,
-        "µs",
-        loop=loop,
-        floor=direct,
-        floor_label="the same calls, SDK ClientSession direct",
-    )
+    baseline = "the same call, SDK ClientSession direct"
+    _report_latency("mcp", "call", seq, baseline, loop)
+    direct = min(per_call["direct"])
+    print(f"  {args.concurrent} in flight (best repeat), direct {1e6 / direct:7.0f} calls/s")
+    for label in COLONIES:
+        cost = min(per_call[label])
+        print(f"    {label:<18} {1e6 / cost:7.0f} calls/s: {cost / direct:4.2f}x the time a call")
+        record(
+            "tools",
+            f"mcp call, {args.concurrent} in flight (time per call), {label}",
+            cost,
+            "µs",
+            loop=loop,
+            floor=direct,
+            floor_label=baseline,
+        )
+
+
+def mcp_via(ask: Callable[[Any], Awaitable[Envelope]]) -> Callable[[int], Awaitable[None]]:
+    """One echo call through a colony's mcp cell, its answer checked."""
+
+    async def one(n: int) -> None:
+        reply = await ask(echo_call(n))
+        turn = reply.body["messages"][0]
+        assert "error_code" not in reply.headers.hop, turn
+        assert turn["text"] == f"ping {n}", turn
+
+    return one
+
+
+async def interleaved(
+    modes: dict[str, Callable[[int], Awaitable[None]]],
+    args: argparse.Namespace,
+    calls: int,
+    burst_calls: int,
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Each mode warmed up, then in every repeat each mode's ``calls`` one at a time and (with
+    ``burst_calls``) a burst, in an order that rotates from repeat to repeat. The latencies
+    (ms) of all repeats pooled per mode, and each repeat's µs per call of the burst."""
+    for one in modes.values():
+        await sequential(one, WARMUP)
+    seq: dict[str, list[float]] = {m: [] for m in modes}
+    per_call: dict[str, list[float]] = {m: [] for m in modes}
+    names = list(modes)
+    for repeat in range(args.repeats):
+        order = names[repeat % len(names) :] + names[: repeat % len(names)]
+        for mode in order:
+            seq[mode] += await sequential(modes[mode], calls)
+        if burst_calls:
+            for mode in order:
+                took = await burst(modes[mode], burst_calls, args.concurrent)
+                per_call[mode].append(took / burst_calls * 1e6)
+    return seq, per_call
 
 
 def _report_latency(
     what: str, unit: str, samples: dict[str, list[float]], baseline: str, loop: str
 ) -> None:
-    colony, direct = samples["colony"], samples["direct"]
-    for label, figure in (("median", statistics.median), ("p99", p99)):
-        c, d = figure(colony), figure(direct)
-        print(f"  {label:>6}: colony {c:7.3f} ms, direct {d:7.3f} ms: {c / d:4.2f}x ({c - d:+.3f})")
-        record(
-            "tools",
-            f"{what} {unit}, one at a time, {label}",
-            c * 1000,
-            "µs",
-            loop=loop,
-            floor=d * 1000,
-            floor_label=baseline,
-        )
+    for stat, figure in (("median", statistics.median), ("p99", p99)):
+        d = figure(samples["direct"])
+        print(f"  {stat}, one at a time: direct {d:7.3f} ms")
+        for label in COLONIES:
+            c = figure(samples[label])
+            print(f"    {label:<18} {c:7.3f} ms: {c / d:4.2f}x ({c - d:+.3f} ms)")
+            record(
+                "tools",
+                f"{what} {unit}, one at a time, {stat}, {label}",
+                c * 1000,
+                "µs",
+                loop=loop,
+                floor=d * 1000,
+                floor_label=baseline,
+            )
 
 
 # -- subcolony ----------------------------------------------------------------------------------
+
+
+def subcolony_via(
+    ask: Callable[[Any], Awaitable[Envelope]],
+) -> Callable[[int], Awaitable[None]]:
+    """One user turn through a colony's subcolony cell, its answer checked."""
+
+    async def one(n: int) -> None:
+        reply = await ask(user_turn(n))
+        assert reply.headers.hop == {"subcolony_event": "reply"}, reply.body
+        assert reply.body["messages"][0]["text"] == f"child-colony saw: hello {n}"
+
+    return one
 
 
 def user_turn(n: int) -> dict[str, Any]:
@@ -316,36 +369,29 @@ class DirectChild:
 
 
 async def bench_subcolony(args: argparse.Namespace, loop: str, tmp: Path) -> None:
-    mine, theirs = tmp / "child-of-cell", tmp / "child-direct"
-    for copy in (mine, theirs):  # two colonies never share one state
-        shutil.copytree(ECHO_TREE, copy)
-    cell = {"cell": {"type": "subcolony"}, "params": {"root": str(mine), "env": CHILD_ENV}}
-    tree = _tree(tmp / "parent", "child", cell)
-    child = await DirectChild.start(theirs)
-    try:
-        async with colony_with(tree, "child") as ask:
+    async with contextlib.AsyncExitStack() as stack:
+        modes: dict[str, Callable[[int], Awaitable[None]]] = {}
+        for n, (label, delivery) in enumerate(COLONIES.items()):
+            mine = tmp / f"child-of-cell-{n}"  # no two colonies share one state
+            shutil.copytree(ECHO_TREE, mine)
+            cell = {"cell": {"type": "subcolony"}, "params": {"root": str(mine), "env": CHILD_ENV}}
+            tree = _tree(tmp / f"parent-{n}", "child", cell)
+            ask = await stack.enter_async_context(colony_with(tree, "child", delivery))
+            modes[label] = subcolony_via(ask)
+        theirs = tmp / "child-direct"
+        shutil.copytree(ECHO_TREE, theirs)
+        child = await DirectChild.start(theirs)
+        stack.push_async_callback(child.close)
 
-            async def via_colony(n: int) -> None:
-                reply = await ask(user_turn(n))
-                assert reply.headers.hop == {"subcolony_event": "reply"}, reply.body
-                assert reply.body["messages"][0]["text"] == f"child-colony saw: hello {n}"
+        async def direct(n: int) -> None:
+            reply = await child.ask(user_turn(n))
+            assert reply["body"]["messages"][0]["text"] == f"child-colony saw: hello {n}"
 
-            async def direct(n: int) -> None:
-                reply = await child.ask(user_turn(n))
-                assert reply["body"]["messages"][0]["text"] == f"child-colony saw: hello {n}"
-
-            modes = {"colony": via_colony, "direct": direct}
-            for one in modes.values():
-                await sequential(one, WARMUP)
-            seq: dict[str, list[float]] = {m: [] for m in modes}
-            for repeat in range(args.repeats):
-                for mode in list(modes) if repeat % 2 == 0 else list(reversed(modes)):
-                    seq[mode] += await sequential(modes[mode], args.requests)
-            if args.profile:
-                with profiled("a subcolony request through the colony (the parent's side)"):
-                    await sequential(via_colony, args.requests)
-    finally:
-        await child.close()
+        modes["direct"] = direct
+        seq, _ = await interleaved(modes, args, args.requests, 0)
+        if args.profile:
+            with profiled("a subcolony request through the colony (the parent's side)"):
+                await sequential(modes["colony"], args.requests)
     print(
         f"subcolony: a user turn to fixtures/trees/subcolony-echo, {args.repeats} repeats of "
         f"{args.requests} requests one at a time"
