@@ -215,18 +215,18 @@ async def bench_mcp(args: argparse.Namespace, loop: str, tmp: Path) -> None:
     )
     baseline = "the same call, SDK ClientSession direct"
     _report_latency("mcp", "call", seq, baseline, loop)
-    direct = min(per_call["direct"])
-    print(f"  {args.concurrent} in flight (best repeat), direct {1e6 / direct:7.0f} calls/s")
+    floor = min(per_call["direct"])
+    print(f"  {args.concurrent} in flight (best repeat), direct {1e6 / floor:7.0f} calls/s")
     for label in COLONIES:
         cost = min(per_call[label])
-        print(f"    {label:<18} {1e6 / cost:7.0f} calls/s: {cost / direct:4.2f}x the time a call")
+        print(f"    {label:<18} {1e6 / cost:7.0f} calls/s: {cost / floor:4.2f}x the time a call")
         record(
             "tools",
             f"mcp call, {args.concurrent} in flight (time per call), {label}",
             cost,
             "µs",
             loop=loop,
-            floor=direct,
+            floor=floor,
             floor_label=baseline,
         )
 
