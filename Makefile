@@ -56,6 +56,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/scale.py
 	$(BIN)/python bench/prune.py
 	$(BIN)/python bench/telemetry.py
+	$(BIN)/python bench/tools.py
 	$(BIN)/python bench/report.py
 
 # The long variants: 1,000 and 10,000 concurrent conversations, 1,000 with a kill -9 halfway

@@ -31,6 +31,7 @@ ORDER = (
     "cluster",
     "prune",
     "telemetry",
+    "tools",
 )
 LOOP_ORDER = (None, "asyncio", "uvloop")
 
