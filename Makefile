@@ -40,7 +40,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # Every benchmark (each on asyncio's loop and on uvloop), then their headline figures as one
-# table in docs/performance.md (bench/report.py). About 10 minutes on 2 cores.
+# table in docs/performance.md (bench/report.py). About 11 minutes on 2 cores.
 bench: export BENCH_RESULTS := bench/results.jsonl
 bench: $(STAMP)
 	$(BIN)/python -c 'import langgraph, uvloop' 2>/dev/null || \
