@@ -304,7 +304,8 @@ class ColonyHarness:
 
     def rows(self, cell_path: str, table: str) -> list[dict[str, Any]]:
         """A cell's table, as dicts in insertion order (read-only): a store's from
-        ``colony.db`` (``"<cell path>:<table>"``), another cell's from its ``cell.db``. Sees
+        ``colony.db`` (``"<cell path>:<table>"``) or the cluster's database, another cell's
+        from its ``cell.db`` (on either backend). Sees
         what is committed: every write whose reply was delivered."""
         import re
         import sqlite3
@@ -323,16 +324,15 @@ class ColonyHarness:
             name = dialect_of("postgres").table(table_name(cell_path, ""), table)
             with source.connect() as session:
                 found = session.execute("SELECT to_regclass(?)", (name,)).fetchall()
-                if not found or found[0][0] is None:
-                    return []
-                cursor = session.execute(f"SELECT * FROM {name} ORDER BY {ROW}")
-                names = [c.name for c in cursor.description]  # type: ignore[attr-defined]
-                return [
-                    {k: v for k, v in zip(names, r, strict=True) if k != ROW.strip('"')}
-                    for r in cursor.fetchall()
-                ]
-        places = [(source.path, table_name(cell_path, table))]
-        if runner.spec.state is not None:
+                if found and found[0][0] is not None:
+                    cursor = session.execute(f"SELECT * FROM {name} ORDER BY {ROW}")
+                    names = [c.name for c in cursor.description]  # type: ignore[attr-defined]
+                    return [
+                        {k: v for k, v in zip(names, r, strict=True) if k != ROW.strip('"')}
+                        for r in cursor.fetchall()
+                    ]
+        places = [] if source.path is None else [(source.path, table_name(cell_path, table))]
+        if runner.spec.state is not None:  # a cell's own cell.db, in a cluster as well
             places.append((runner.spec.state / "cell.db", table))
         for db, name in places:
             if not db.exists():

@@ -201,9 +201,17 @@ class Member:
         a lease at most: past it, the partitions lapse by themselves anyway."""
         within = self.config.lease_ms / 1000
         for ownership in (self.ownership, self._leaders):
-            with contextlib.suppress(psycopg.Error, OSError, TimeoutError):
+            try:
                 async with asyncio.timeout(within):
                     await ownership.stop()
+            except (psycopg.Error, OSError, TimeoutError) as exc:
+                self.log.warning(
+                    "partitions_not_handed_back",
+                    node=self.node,
+                    error=self._said(exc),
+                    detail="the stop could not hand this node's leases back; they lapse "
+                    "within cluster.lease_ms, and a restart under the same --node waits that long",
+                )
 
     async def _round(self, carrier: Carrier) -> None:
         changes = await self.ownership.tick()
