@@ -199,6 +199,9 @@ async def test_of_two_nodes_one_polls_and_every_update_is_emitted_once(
                 telegram.push_text(chats[i % len(chats)], texts[-1], user_id=USER)
                 await asyncio.sleep(0.02)
             await telegram.wait_sent(24, timeout=30)
+            # Each emission reaches /sink on the node owning its conversation, which may take
+            # it in from the journal at its next round: wait for all, then look for doubles.
+            await until(lambda: len(a.emitted()) + len(b.emitted()) >= len(texts))
             await a.colony.settle()
             await b.colony.settle()
             emitted = [user_text(m) for m in [*a.emitted(), *b.emitted()]]
