@@ -282,8 +282,12 @@ class Member:
         if epoch is None or partition in self.ownership.draining:
             return []
         conn = await self.ownership._connection()
-        try:
-            entries = await claim(
+        # A claim is one short transaction on the lease connection: a stop that cancels the
+        # round waits for it to end rather than cut it between BEGIN and COMMIT, where the
+        # release would run inside it and be rolled back when the connection closes (the node
+        # would stay registered, refusing its own restart for a lease).
+        running = asyncio.ensure_future(
+            claim(
                 conn,
                 self.node,
                 partition,
@@ -292,6 +296,13 @@ class Member:
                 patience_s=self.config.lease_ms / 3000,  # the next renewal is due within a lease
                 lost=lambda exc: self._answer_lost(partition, exc),
             )
+        )
+        try:
+            entries = await asyncio.shield(running)
+        except asyncio.CancelledError:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait({running})
+            raise
         except ClaimOutcomeUnknown as unknown:
             self._unresolved[(partition, unknown.xid)] = epoch
             self.log.warning(

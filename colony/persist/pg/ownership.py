@@ -44,7 +44,6 @@ PostgreSQL does not count its columns as a key.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import uuid
 from dataclasses import dataclass, field
@@ -229,13 +228,6 @@ class Ownership:
         this one out while it was paused) is replaced once for it."""
         if self._conn is None:
             return
-        if self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            # A round cancelled by the stop left its claim's transaction open (or a query
-            # running): the release must not run inside it, where closing the connection would
-            # roll it back and leave this node registered and its partitions held for a lease.
-            with contextlib.suppress(psycopg.Error, OSError):
-                await self._conn.close()
-            self._conn = None
         try:
             for attempt in (1, 2):
                 try:
