@@ -43,6 +43,7 @@ __all__ = [
     "op_and_path",
     "open_parent",
     "open_under",
+    "real_base",
     "resolve",
 ]
 
@@ -91,6 +92,15 @@ class OpError(Exception):
     def __init__(self, code: str, text: str) -> None:
         super().__init__(text)
         self.code = code
+
+
+def real_base(base_path: str) -> str:
+    """``base_path`` resolved through its symlinks, which every check then compares against;
+    raises ``NotADirectoryError`` when it is not a directory (``--validate`` said so first)."""
+    base = os.path.realpath(base_path)
+    if not os.path.isdir(base):
+        raise NotADirectoryError(f"base_path {base_path} is not a directory")
+    return base
 
 
 def op_and_path(args: Mapping[str, Any], ops: tuple[str, ...]) -> tuple[str, str]:

@@ -35,6 +35,7 @@ from cells.boundary import (
     failure,
     op_and_path,
     open_parent,
+    real_base,
     resolve,
 )
 from cells.toolcall import ToolCallError, parse_tool_call, tool_error, tool_result
@@ -351,9 +352,7 @@ class EditCell:
         self.params = EditParams.model_validate(spec.params)
         self.path = spec.path
         self.log: Logger | None = spec.log
-        self.base = os.path.realpath(self.params.base_path)
-        if not os.path.isdir(self.base):
-            raise NotADirectoryError(f"base_path {self.params.base_path} is not a directory")
+        self.base = real_base(self.params.base_path)
         self.locks = _PathLocks()
 
     async def handle(self, message: Envelope) -> list[Emission]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cells.boundary import DIR_FLAGS as _DIR_FLAGS
-from cells.boundary import BasePathParams, OpError, check_base, op_and_path, resolve
+from cells.boundary import BasePathParams, OpError, check_base, op_and_path, real_base, resolve
 from cells.boundary import failure as _failure
 from cells.boundary import open_under as _open_under
 from cells.text import dumps_sorted
@@ -219,9 +219,7 @@ class FileCell:
     def __init__(self, spec: CellSpec) -> None:
         self.params = FileParams.model_validate(spec.params)
         self.path = spec.path
-        self.base = os.path.realpath(self.params.base_path)
-        if not os.path.isdir(self.base):
-            raise NotADirectoryError(f"base_path {self.params.base_path} is not a directory")
+        self.base = real_base(self.params.base_path)
 
     async def handle(self, message: Envelope) -> list[Emission]:
         target = message.reply_to or self.path
