@@ -491,12 +491,14 @@ class _ClaimAnswerLost:
         return getattr(self._conn, name)
 
 
-@pytest.mark.parametrize("lands", [True, False], ids=["committed", "not committed"])
-async def test_rows_of_a_claim_whose_commit_answer_is_lost_are_delivered_once(
+@asynccontextmanager
+async def claiming(
     pg_schema: PgSchema, lands: bool
-) -> None:
-    """Committed, the claimed rows carry this node's epoch and no later sweep takes them
-    again: they are delivered now. Not committed, the next round claims them."""
+) -> AsyncIterator[tuple[Any, list[str], list[str], list[dict[str, Any]]]]:
+    """Node "a" journals two rows per partition; member "b" (stopped at the end) is about to
+    claim them on a lease connection whose COMMIT answers are lost (``lands``: whether the
+    server committed anyway). Yields the member, the texts sent, the texts it delivers (fill
+    with :class:`Collecting`) and its log lines."""
     from colony.cluster.member import Member
     from colony.config.models import ClusterConfig
     from colony.observability import list_logger
@@ -509,24 +511,32 @@ async def test_rows_of_a_claim_whose_commit_answer_is_lost_are_delivered_once(
         member = Member(
             ClusterConfig(dsn=pg_schema.dsn, partitions=P), pg_schema.dsn, "b", list_logger(logs)
         )
-        got: list[str] = []
-
         try:
             ownership = member.ownership
             ownership._conn = _ClaimAnswerLost(  # type: ignore[assignment]
                 await ownership._connection(), lands=lands
             )
-            try:
-                await member._round(Collecting(got))
-            except psycopg.OperationalError:
-                assert not lands
-                await member._round(Collecting(got))
-            assert sorted(got) == sent
-            assert select(pg_schema, "SELECT count(*) FROM journal WHERE epoch IS NULL") == [(0,)]
-            lost = [line for line in logs if line["event"] == "commit_answer_lost"]
-            assert [line["partition"] for line in lost] == ([0] if lands else [])
+            yield member, sent, [], logs
         finally:
             await member.stop()
+
+
+@pytest.mark.parametrize("lands", [True, False], ids=["committed", "not committed"])
+async def test_rows_of_a_claim_whose_commit_answer_is_lost_are_delivered_once(
+    pg_schema: PgSchema, lands: bool
+) -> None:
+    """Committed, the claimed rows carry this node's epoch and no later sweep takes them
+    again: they are delivered now. Not committed, the next round claims them."""
+    async with claiming(pg_schema, lands) as (member, sent, got, logs):
+        try:
+            await member._round(Collecting(got))
+        except psycopg.OperationalError:
+            assert not lands
+            await member._round(Collecting(got))
+        assert sorted(got) == sent
+        assert select(pg_schema, "SELECT count(*) FROM journal WHERE epoch IS NULL") == [(0,)]
+        lost = [line for line in logs if line["event"] == "commit_answer_lost"]
+        assert [line["partition"] for line in lost] == ([0] if lands else [])
 
 
 @pytest.mark.parametrize("lands", [True, False], ids=["committed", "not committed"])
@@ -537,45 +547,26 @@ async def test_a_claim_whose_commit_outcome_is_unknown_is_asked_after_and_delive
     is not known. Committed, its rows carry the node's epoch and no later claim takes them:
     the member asks again next round and delivers them then, once. Not committed, the next
     claim takes them."""
-    from colony.cluster.member import Member
-    from colony.config.models import ClusterConfig
-    from colony.observability import list_logger
-
-    logs: list[dict[str, Any]] = []
-    async with node(pg_schema, "a") as (db, _):
-        sent = [f"p{p}-{n}" for p in range(P) for n in range(2)]
-        for text in sent:
-            await db.commit(delivery(message(int(text[1]), None, text)))
-        member = Member(
-            ClusterConfig(dsn=pg_schema.dsn, partitions=P), pg_schema.dsn, "b", list_logger(logs)
-        )
-        got: list[str] = []
-        try:
-            ownership = member.ownership
-            ownership._conn = _ClaimAnswerLost(  # type: ignore[assignment]
-                await ownership._connection(), lands=lands
-            )
-            member.dsn = "host=127.0.0.1 port=1 dbname=test connect_timeout=2"  # nothing there
+    async with claiming(pg_schema, lands) as (member, sent, got, logs):
+        member.dsn = "host=127.0.0.1 port=1 dbname=test connect_timeout=2"  # nothing there
+        await member._round(Collecting(got))
+        assert sorted(got) == sent[2:]  # partition 0's claim is the one in doubt
+        assert [line["partition"] for line in logs if line["event"] == "claim_outcome_unknown"]
+        assert 0 in member._replaying  # new work in partition 0 waits for its old rows
+        member.dsn = pg_schema.dsn
+        for _ in range(20):  # until the server has ended the session the claim was on
             await member._round(Collecting(got))
-            assert sorted(got) == sent[2:]  # partition 0's claim is the one in doubt
-            assert [line["partition"] for line in logs if line["event"] == "claim_outcome_unknown"]
-            assert 0 in member._replaying  # new work in partition 0 waits for its old rows
-            member.dsn = pg_schema.dsn
-            for _ in range(20):  # until the server has ended the session the claim was on
-                await member._round(Collecting(got))
-                if not member._unresolved:
-                    break
-                await asyncio.sleep(0.05)
-            await member._round(Collecting(got))
-            assert sorted(got) == sent
-            assert select(pg_schema, "SELECT count(*) FROM journal WHERE epoch IS NULL") == [(0,)]
-            resolved = [line for line in logs if line["event"] == "claim_outcome_resolved"]
-            assert [(r["partition"], r["outcome"]) for r in resolved] == [
-                (0, "committed" if lands else "aborted")
-            ]
-            assert 0 not in member._replaying
-        finally:
-            await member.stop()
+            if not member._unresolved:
+                break
+            await asyncio.sleep(0.05)
+        await member._round(Collecting(got))
+        assert sorted(got) == sent
+        assert select(pg_schema, "SELECT count(*) FROM journal WHERE epoch IS NULL") == [(0,)]
+        resolved = [line for line in logs if line["event"] == "claim_outcome_resolved"]
+        assert [(r["partition"], r["outcome"]) for r in resolved] == [
+            (0, "committed" if lands else "aborted")
+        ]
+        assert 0 not in member._replaying
 
 
 @asynccontextmanager
