@@ -7,7 +7,8 @@ Three things each stateful cell needs and once wrote for itself:
   ``BEGIN``/``COMMIT`` itself where it needs a transaction), usable from a worker thread, WAL so
   a reader never blocks the writer, ``synchronous=NORMAL`` (a committed transaction survives a
   crash of the daemon; only a power cut can take back the last ones) and a busy timeout so a
-  second connection waits for the lock instead of failing at once. A cell without a folder (a
+  second connection waits for the lock instead of failing at once (the switch to WAL too,
+  which SQLite refuses at once to a process racing another on a fresh file). A cell without a folder (a
   test) gets a private in-memory database. The folder is ``CellSpec.state``: the cell's folder
   in the tree, or its folder under ``--state-dir`` (:mod:`colony.statedir`), made here (mode
   0700) the first time the cell opens its file.
@@ -79,12 +80,31 @@ def connect(
         timeout=busy_timeout_ms / 1000,
     )
     try:
-        conn.execute("PRAGMA journal_mode=WAL")
+        _into_wal(conn, busy_timeout_ms / 1000)
         conn.execute(f"PRAGMA synchronous={synchronous}")
     except sqlite3.Error:
         conn.close()
         raise
     return conn
+
+
+def _into_wal(conn: sqlite3.Connection, patience_s: float) -> None:
+    """Put the file in WAL mode, retrying ``database is locked`` for ``patience_s``: several
+    processes opening one fresh file at once (cluster members on one root open the same
+    ``cell.db``) make SQLite refuse the switch at once, without its busy handler, to the ones
+    that would otherwise deadlock on the lock it needs."""
+    deadline = time.monotonic() + patience_s
+    pause = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            busy = (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_BUSY
+            if not busy or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def open_cell_db(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -88,6 +89,50 @@ def test_a_second_connection_waits_out_the_busy_timeout_then_reports_the_lock(
         holder.execute("ROLLBACK")
         holder.close()
         waiter.close()
+
+
+def _writer_on_a_rollback_journal(file: Path) -> sqlite3.Connection:
+    """A connection holding a write lock on ``file``, still in rollback-journal mode: how a
+    file looks to one cluster member while another, opening it first, switches it to WAL.
+    SQLite refuses the switch to the second at once, without waiting its busy timeout."""
+    holder = sqlite3.connect(file, isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN IMMEDIATE")
+    return holder
+
+
+def test_opening_a_file_another_process_is_switching_waits_for_wal_instead_of_failing(
+    tmp_path: Path,
+) -> None:
+    file = tmp_path / "cell.db"
+    holder = _writer_on_a_rollback_journal(file)
+    release = threading.Timer(0.3, lambda: holder.execute("ROLLBACK"))
+    release.start()
+    started = time.monotonic()
+    try:
+        conn, fresh = open_cell_db(tmp_path)
+    finally:
+        release.join()
+        holder.close()
+    try:
+        assert time.monotonic() - started >= 0.25  # it waited for the lock to go
+        assert not fresh
+        assert pragma(conn, "journal_mode") == "wal"
+    finally:
+        conn.close()
+
+
+def test_a_switch_to_wal_held_off_past_the_busy_timeout_reports_the_lock(tmp_path: Path) -> None:
+    file = tmp_path / "cell.db"
+    holder = _writer_on_a_rollback_journal(file)
+    started = time.monotonic()
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            connect(file, busy_timeout_ms=200)
+        assert time.monotonic() - started >= 0.15
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
 
 
 # -- a bounded query -------------------------------------------------------------------------

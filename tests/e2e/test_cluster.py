@@ -104,7 +104,10 @@ def state(cluster: Cluster, turns: list[str]) -> str:
         'SELECT turn_id, iter, role, fired, count(*) FROM "/store:thread" '
         f"WHERE turn_id = ANY(ARRAY{missing or ['']}) GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3"
     )
-    letters = cluster.select("SELECT error_code, count(*) FROM dead_letters GROUP BY 1")
+    letters = cluster.select(
+        "SELECT error_code, resolved_target, left(detail, 300), count(*) FROM dead_letters "
+        "GROUP BY 1, 2, 3"
+    )
     return (
         f"unanswered {missing}; journal {journal}; partitions {owners}; alive {alive}; "
         f"their thread rows (turn, iter, role, fired, copies) {threads}; dead letters {letters}"
