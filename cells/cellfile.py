@@ -8,10 +8,10 @@ Three things each stateful cell needs and once wrote for itself:
   a reader never blocks the writer, ``synchronous=NORMAL`` (a committed transaction survives a
   crash of the daemon; only a power cut can take back the last ones) and a busy timeout so a
   second connection waits for the lock instead of failing at once (the switch to WAL too,
-  which SQLite refuses at once to a process racing another on a fresh file). A cell without a folder (a
-  test) gets a private in-memory database. The folder is ``CellSpec.state``: the cell's folder
-  in the tree, or its folder under ``--state-dir`` (:mod:`colony.statedir`), made here (mode
-  0700) the first time the cell opens its file.
+  which SQLite refuses at once to a process racing another on a fresh file). A cell without a
+  folder (a test) gets a private in-memory database. The folder is ``CellSpec.state``: the
+  cell's folder in the tree, or its folder under ``--state-dir`` (:mod:`colony.statedir`),
+  made here (mode 0700) the first time the cell opens its file.
 * :func:`bounded` interrupts statements that run past ``query_timeout_ms`` and raises
   :class:`QueryTimeoutError`, so a runaway query cannot hold the cell's single writer.
 * :class:`ParamsOverlay` keeps the runtime ``params`` updates (the "β" overlay of cells.md
