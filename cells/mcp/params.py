@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from cells import runtime_params
 from colony.cell import ParamProblem
 
 __all__ = ["MUTABLE_PARAMS", "Auth", "McpParams", "check_sandbox", "update_problem"]
@@ -156,16 +157,6 @@ def check_sandbox(params: Any, folder: Path | None) -> list[ParamProblem]:
 
 
 def update_problem(update: Any) -> str | None:
-    """Why a ``params`` body slot cannot be applied, or None (nothing is applied in part)."""
-    if not isinstance(update, dict):
-        return "params slot: not a JSON object"
-    for key, value in update.items():
-        if key in IMMUTABLE_PARAMS:
-            return f"params.{key} is immutable at runtime"
-        if key not in MUTABLE_PARAMS:
-            return (
-                f"params.{key} is not an mcp param (runtime-mutable: {', '.join(MUTABLE_PARAMS)})"
-            )
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            return f"params.{key} must be an integer >= 1"
-    return None
+    """Why a ``params`` body slot cannot be applied, or None (:mod:`cells.runtime_params`)."""
+    known = {*MUTABLE_PARAMS, *IMMUTABLE_PARAMS}
+    return runtime_params.update_problem(update, mutable=MUTABLE_PARAMS, known=known, kind="mcp")

@@ -41,6 +41,7 @@ from telegram.error import (
 )
 from telegram.request import HTTPXRequest
 
+from cells import runtime_params
 from cells.cellfile import QueryTimeoutError
 from cells.clusterstate import cluster_dsn
 from cells.proxy.params import IMMUTABLE_KEYS, MUTABLE_KEYS, ProxyParams
@@ -633,18 +634,12 @@ class ProxyCell:
 
     async def _update_params(self, update: Any) -> tuple[str, str] | None:
         """The ``params`` body slot: merge, validate, persist, apply; silent on success."""
-        if not isinstance(update, dict):
-            return "invalid_input", "params slot: not a JSON object"
-        fixed = sorted(k for k in update if k in IMMUTABLE_KEYS)
-        if fixed:
-            return "invalid_input", f"params.{fixed[0]} is immutable at runtime"
-        unknown = sorted(k for k in update if k not in MUTABLE_KEYS)
-        if unknown:
-            return (
-                "invalid_input",
-                f"params.{unknown[0]} is not a proxy param "
-                f"(runtime-mutable: {', '.join(MUTABLE_KEYS)})",
-            )
+        known = {*MUTABLE_KEYS, *IMMUTABLE_KEYS}
+        problem = runtime_params.key_problem(
+            update, mutable=MUTABLE_KEYS, known=known, kind="proxy"
+        )
+        if problem is not None:
+            return "invalid_input", problem
         try:
             merged = self.params.merged(update)
         except ValidationError as exc:

@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cells import runtime_params
 from cells.cellfile import CELL_DB, QueryTimeoutError
 from cells.store.dialect import Connection, StoreDialect, ValueMismatchError, dialect_of
 from cells.store.ops import (
@@ -420,16 +421,9 @@ class StoreCell:
         return reply
 
     async def _update_params(self, update: Any, message: Envelope) -> str | None:
-        if not isinstance(update, dict):
-            return "params must be an object"
-        for key, value in update.items():
-            if key not in _MUTABLE_PARAMS:
-                mutable = ", ".join(_MUTABLE_PARAMS)
-                return f"params.{key} cannot be changed at runtime (mutable: {mutable})"
-            if value is not None and (
-                not isinstance(value, int) or isinstance(value, bool) or value < 1
-            ):
-                return "params.query_timeout_ms must be an integer >= 1 or null"
+        problem = runtime_params.update_problem(update, mutable=_MUTABLE_PARAMS, nullable=True)
+        if problem is not None:
+            return problem
         now = int(time.time())
         rows = [(key, json.dumps(value), now) for key, value in update.items()]
         dialect, mark = self.dialect, self.dialect.mark

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from cells import runtime_params
 from colony.cell import ParamProblem
 
 __all__ = [
@@ -161,15 +162,8 @@ def check_root(params: SubcolonyParams, folder: Path | None) -> list[ParamProble
 
 
 def update_problem(update: Any) -> str | None:
-    """Why a ``params`` body slot cannot be applied, or None (nothing is applied in part)."""
-    if not isinstance(update, dict):
-        return "params must be an object"
-    for key in update:
-        if key in IMMUTABLE_KEYS:
-            return f"params.{key} cannot be changed at runtime (mutable: {', '.join(MUTABLE_KEYS)})"
-        if key not in MUTABLE_KEYS:
-            return f"params.{key} is not a subcolony param (mutable: {', '.join(MUTABLE_KEYS)})"
-        value = update[key]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            return f"params.{key} must be an integer >= 1"
-    return None
+    """Why a ``params`` body slot cannot be applied, or None (:mod:`cells.runtime_params`)."""
+    known = {*MUTABLE_KEYS, *IMMUTABLE_KEYS}
+    return runtime_params.update_problem(
+        update, mutable=MUTABLE_KEYS, known=known, kind="subcolony"
+    )

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from cells import runtime_params
 from cells.timer.ops import TimerOpError, parse_op
 
 __all__ = ["MUTABLE_PARAMS", "TimerParams", "update_problem"]
@@ -51,14 +52,5 @@ class TimerParams(BaseModel):
 
 
 def update_problem(update: Any) -> str | None:
-    """Why a ``params`` body slot cannot be applied, or None: it must be an object of mutable
-    keys, each an integer >= 1 (nothing is applied in part)."""
-    if not isinstance(update, dict):
-        return "params must be an object"
-    for key, value in update.items():
-        if key not in MUTABLE_PARAMS:
-            mutable = ", ".join(MUTABLE_PARAMS)
-            return f"params.{key} cannot be changed at runtime (mutable: {mutable})"
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            return f"params.{key} must be an integer >= 1"
-    return None
+    """Why a ``params`` body slot cannot be applied, or None (:mod:`cells.runtime_params`)."""
+    return runtime_params.update_problem(update, mutable=MUTABLE_PARAMS)

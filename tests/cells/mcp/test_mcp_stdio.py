@@ -131,7 +131,10 @@ async def test_a_params_slot_changes_the_timeouts_silently_and_persists_them(
     assert rows == {"query_timeout_ms": "4000"}
     hop, text, _ = await ask(colony, {"params": {"command": "/bin/true"}})
     assert (hop["error_code"], hop["mcp_tool"]) == ("invalid_input", "__params__")
-    assert text == "params.command is immutable at runtime"
+    assert text == (
+        "params.command cannot be changed at runtime "
+        "(mutable: external_timeout_ms, query_timeout_ms)"
+    )
     hop, text, _ = await ask(colony, {"params": {"external_timeout_ms": 0, "query_timeout_ms": 9}})
     assert hop["error_code"] == "invalid_input"
     rows = {r["key"]: r["value"] for r in colony.rows("/mcp", "mcp_params")}

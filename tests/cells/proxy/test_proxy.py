@@ -564,11 +564,11 @@ async def test_a_params_slot_updates_mutable_params_silently_and_persists_them(
 @pytest.mark.parametrize(
     ("update", "expected"),
     [
-        ({"bot_token": "1:other"}, "params.bot_token is immutable at runtime"),
-        ({"emit_to": "/x"}, "params.emit_to is immutable at runtime"),
-        ({"colour": "red"}, "params.colour is not a proxy param"),
+        ({"bot_token": "1:other"}, "params.bot_token cannot be changed at runtime (mutable: "),
+        ({"emit_to": "/x"}, "params.emit_to cannot be changed at runtime"),
+        ({"colour": "red"}, "params.colour is not a proxy param (mutable: base_url, "),
         ({"long_poll_request_secs": 99}, "params.long_poll_timeout_ms: long_poll_timeout_ms"),
-        ("fast", "params slot: not a JSON object"),
+        ("fast", "params must be an object"),
     ],
 )
 async def test_a_params_slot_refuses_what_it_may_not_change(
