@@ -36,6 +36,7 @@ from cells.code.wire import (
     stdin_document,
 )
 from cells.code.zygote_client import run_spawned, shared_zygote
+from cells.procgroup import signal_name
 from cells.redact import Redactor, looks_secret_key
 from colony.cell import CellSpec, Emission
 from colony.contracts import emits_violation
@@ -266,20 +267,13 @@ def _failure(result: RunResult, stderr: str, limits: Limits) -> JsonObject:
     elif lines:
         detail = lines[-1].strip()
     elif result.term_signal is not None:
-        detail = f"the script was ended by signal {_signal_name(result.term_signal)}"
+        detail = f"the script was ended by signal {signal_name(result.term_signal)}"
     else:
         detail = f"the script exited with status {result.exit_code}"
     error: JsonObject = {"detail": detail[:DETAIL_LIMIT], "exit_code": result.exit_code}
     if stderr:
         error["traceback"] = stderr
     return error
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return str(number)
 
 
 def _shown(stdout: bytes) -> str:

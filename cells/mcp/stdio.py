@@ -25,6 +25,7 @@ from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
 from cells.mcp.wire import describe_exit
+from cells.procgroup import signal_group
 from colony.observability import Logger
 
 __all__ = ["ServerProcess"]
@@ -227,5 +228,4 @@ class ServerProcess:
         self.read_stream.close()
 
     def _signal(self, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, sig)
+        signal_group(self.pid, sig)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
+from cells.procgroup import signal_name
 from cells.text import dumps_sorted
 from cells.toolcall import ToolCallError, parse_tool_call, result_turn
 from colony.envelope import JsonObject
@@ -205,9 +205,6 @@ def describe_exit(returncode: int | None, pid: int) -> str:
     if returncode is None:
         return f"the MCP server (pid {pid}) closed its output but is still running"
     if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = str(-returncode)
+        name = signal_name(-returncode)
         return f"the MCP server (pid {pid}) was killed by signal {-returncode} ({name})"
     return f"the MCP server (pid {pid}) exited with code {returncode}"

@@ -14,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from cells.procgroup import signal_group, signal_name
 
 __all__ = ["PROTOCOL", "BootFailedError", "ChildColony", "Launch", "encode_frame"]
 
@@ -256,8 +257,7 @@ class ChildColony:
         return True
 
     def _signal(self, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, sig)
+        signal_group(self.pid, sig)
 
     async def _finish(self) -> None:
         await asyncio.wait([self._stderr], timeout=1)
@@ -280,8 +280,6 @@ def _exit(code: int | None) -> str:
     if code is None:
         return "still running"
     if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
+        name = signal_name(-code)
+        return f"killed by {name}" if name.startswith("SIG") else f"killed by signal {name}"
     return f"exit status {code}"
