@@ -86,6 +86,25 @@ async def test_a_real_child_colony_behaves_as_one_cell_in_the_parent_tree(
     assert (child_root / "colony.db").exists()  # the child keeps its own record
 
 
+async def test_with_the_parent_on_a_state_dir_the_child_keeps_its_state_there_too(
+    make_tree: TreeFactory, tmp_path: Path
+) -> None:
+    child_root = tmp_path / "child-tree"
+    shutil.copytree(ECHO_TREE, child_root)
+    before = sorted(p.relative_to(child_root) for p in child_root.rglob("*"))
+    state = tmp_path / "state"
+    tree = parent_tree(root=str(child_root), kill_grace_ms=2000)
+    async with ColonyHarness(make_tree(tree), capture=["/sink"], state_dir=state) as colony:
+        await colony.send("/child", user("hello"))
+        await colony.settle()
+        [reply] = colony.captured("/sink")
+    assert reply.body["messages"][0]["text"] == "child-colony saw: hello"
+    assert sorted(p.relative_to(child_root) for p in child_root.rglob("*")) == before
+    kept = {p.name for p in state.rglob("*")}
+    assert {"child", "colony.db"} <= kept  # the child's record, under the cell's state folder
+    assert any(p.name == "colony.db" and "child" in p.parent.parts for p in state.rglob("*"))
+
+
 def descendants() -> set[int]:
     """Live processes below this one (from /proc), whatever their process group."""
     parents: dict[int, int] = {}
