@@ -4,11 +4,14 @@ for room."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import threading
 from typing import Any
 
 from colony.envelope import Envelope, source_message
 from colony.mailbox import ByteGauge, MemoryMailbox, message_bytes
+from colony.persist.journal import CellBacklog, JournalEntry
 
 
 def _message(text: str) -> Envelope:
@@ -82,3 +85,40 @@ def test_message_bytes_follow_the_json_size_and_any_nesting_depth() -> None:
         deep = [deep]
     message.body = {**message.body, "deep": deep}
     assert message_bytes(message) > 100_000  # walked without recursion
+
+
+class _HeldSnapshot:
+    """A journal snapshot of three rows for ``/box`` whose page reads wait for ``go`` (a
+    stand-in for :class:`colony.persist.journal.JournalSnapshot`: a read of the disk that a
+    cancelled ``get()`` leaves running in its thread)."""
+
+    def __init__(self) -> None:
+        self.cells = {"/box": 3}
+        self.rows = [
+            JournalEntry(seq, "/box", "/sender", _message(f"row {seq}"), 10) for seq in (1, 2, 3)
+        ]
+        self.go = threading.Event()
+        self.reads = 0
+
+    def page(
+        self, cell: str, after: int, limit: int, max_bytes: int | None = None
+    ) -> list[JournalEntry]:
+        self.reads += 1
+        self.go.wait(10)
+        return [r for r in self.rows if r.cell == cell and r.seq > after][:limit]
+
+
+async def test_a_get_cancelled_while_it_reads_the_backlog_loses_no_message() -> None:
+    snapshot = _HeldSnapshot()
+    box = MemoryMailbox(2)
+    box.attach(CellBacklog(snapshot, "/box"))  # type: ignore[arg-type]
+    waiting = asyncio.create_task(box.get())
+    while snapshot.reads == 0:  # noqa: ASYNC110 (the page read is under way in its thread)
+        await asyncio.sleep(0.01)
+    waiting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiting
+    snapshot.go.set()  # the abandoned read finishes; its page is dropped, not consumed
+    texts = [(await box.get()).body["messages"][0]["text"] for _ in range(3)]
+    assert texts == ["row 1", "row 2", "row 3"]
+    assert box.qsize() == 0
