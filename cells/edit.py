@@ -24,7 +24,7 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -42,6 +42,7 @@ from cells.toolcall import ToolCallError, parse_tool_call, tool_error, tool_resu
 from colony.cell import CellClass, CellSpec, CellType, Emission, pydantic_check
 from colony.envelope import Envelope, JsonObject
 from colony.observability import Logger
+from colony.shielded import run_to_end
 
 __all__ = ["EDIT", "EditCell", "EditParams"]
 
@@ -372,7 +373,11 @@ class EditCell:
         try:
             real = await asyncio.to_thread(_checked, self.base, call)
             async with self.locks.hold(real):
-                done = await _to_the_end(_edit, self.base, real, call)
+                # The thread cannot be stopped: a cancelled caller (the colony's backstop)
+                # still waits for it, so the file's lock covers the write until it ends.
+                done = await run_to_end(
+                    asyncio.ensure_future(asyncio.to_thread(_edit, self.base, real, call))
+                )
         except OpError as exc:
             return self._error(call.op, exc.code, str(exc), call_id, started)
         header: JsonObject = {
@@ -416,28 +421,6 @@ class EditCell:
             "duration_ms": _ms(started),
         }
         return tool_error(code, text, call_id, header)
-
-
-async def _to_the_end(
-    work: Callable[[str, str, _EditCall], _Done],
-    base: str,
-    real: str,
-    call: _EditCall,
-) -> _Done:
-    """``work`` in a worker thread. A cancelled caller (the colony's backstop) still waits for
-    the thread, which cannot be stopped: the file's lock must cover the write until it ends.
-    That holds however often it is cancelled meanwhile; the first cancellation is raised once
-    the thread is done."""
-    task = asyncio.ensure_future(asyncio.to_thread(work, base, real, call))
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        while not task.done():
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.shield(task)
-        if not task.cancelled():
-            task.exception()  # seen: the caller is gone, and asyncio should not report it
-        raise
 
 
 def _ms(started: float) -> int:

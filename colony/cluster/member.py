@@ -40,6 +40,7 @@ from colony.persist.pg.ownership import NodeNameTaken, Ownership
 from colony.persist.pg.txid import status_now
 from colony.persist.pg.writer import CLAIM_CHANNEL, scrub
 from colony.persist.writer import PersistenceError
+from colony.shielded import run_to_end
 
 DRAIN_MAX_LEASES = 3
 """A partition being handed back is released after this many leases even if a chain in it is
@@ -298,11 +299,7 @@ class Member:
             )
         )
         try:
-            entries = await asyncio.shield(running)
-        except asyncio.CancelledError:
-            with contextlib.suppress(BaseException):
-                await asyncio.wait({running})
-            raise
+            entries = await run_to_end(running)
         except ClaimOutcomeUnknown as unknown:
             self._unresolved[(partition, unknown.xid)] = epoch
             self.log.warning(
