@@ -243,11 +243,18 @@ class Member:
         entries: list[JournalEntry] = []
         try:
             await self._resolve(entries)
+            # A claim found committed after all delivers its rows at the end of this round,
+            # as a claim does: its partition takes new work only from the next round on.
+            resolved = {entry.message.partition for entry in entries}
             for partition in sorted(wanted | set(self.owned)):
                 claimed = await self._claim(partition)
                 # Nothing older left (none in a claim whose outcome is not known either): what
                 # enters now may run here at once.
-                if not claimed and not any(p == partition for p, _ in self._unresolved):
+                if (
+                    not claimed
+                    and partition not in resolved
+                    and not any(p == partition for p, _ in self._unresolved)
+                ):
                     self._replaying.discard(partition)
                 entries += claimed
         finally:
