@@ -127,6 +127,8 @@ class McpCell:
         self.query_timeout_ms: int = overlay.get("query_timeout_ms", params.query_timeout_ms)
         self.tools: list[JsonObject] = []
         self._discovered_once = False
+        self._cache_written = False
+        """The cache holds ``tools`` (a failed write is retried at the next discovery)."""
         self._last_discovery = 0.0
         self.pid: int | None = None
         """The stdio server's process id while it runs."""
@@ -398,21 +400,26 @@ class McpCell:
     async def _discovered(self, tools: list[JsonObject], started: float) -> None:
         """Keep the tools (memory and cell.db) and offer them when asked to."""
         duration_ms = int((time.monotonic() - started) * 1000)
-        if self._discovered_once and tools == self.tools:
+        if self.io is not None:
+            self.io.succeeded()  # the server answered, whether or not its list changed
+        changed = not self._discovered_once or tools != self.tools
+        if not changed:
             self._log("debug", "mcp_tools_unchanged", tools=len(tools))
-            return  # nothing to write or offer again
+            if self._cache_written:
+                return  # nothing to write or offer again
         self._discovered_once = True
         self.tools = tools
-        if self.io is not None:
-            self.io.succeeded()
-        self._log("info", "mcp_tools_discovered", tools=[t.get("name") for t in tools])
+        if changed:
+            self._log("info", "mcp_tools_discovered", tools=[t.get("name") for t in tools])
         try:
             self.cache.replace(tools, self.query_timeout_ms)
+            self._cache_written = True
         except QueryTimeoutError as exc:
+            self._cache_written = False
             self._log(
                 "warning", "mcp_cache_write_failed", error_code="query_timeout", error=str(exc)
             )
-        if self.params.offer_tools and self._ctx is not None:
+        if changed and self.params.offer_tools and self._ctx is not None:
             if self.leader is not None and not await self.leader.lead(self.lease):
                 return  # another node of the cluster offers them
             offer, skipped = listing(self.path, tools, duration_ms)

@@ -56,3 +56,15 @@ async def test_pagination_stops_after_a_hundred_pages(
         await until(lambda: c.logs("mcp_discovery_failed"), 5)
         assert "more than 100 pages" in c.logs("mcp_discovery_failed")[0]["error"]
         assert lists(counted) == 100
+
+
+async def test_a_discovery_that_answers_again_after_a_failure_clears_the_failure_from_health(
+    make_tree: TreeFactory, tmp_path: Path
+) -> None:
+    counted = tmp_path / "lists"
+    async with ColonyHarness(make_tree(mcp_tree(raw("flaky-list", counted)))) as c:
+        await until(lambda: lists(counted) >= 3, 10)
+        assert "list unavailable" in c.logs("mcp_discovery_failed")[0]["error"]
+        status = c.colony.events.io.task("/mcp", "mcp_server")
+        await until(lambda: status.state == "ok", 5)  # the same list as before: still a success
+        assert status.failures == 0
