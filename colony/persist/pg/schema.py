@@ -100,8 +100,6 @@ CREATE TABLE IF NOT EXISTS cluster_partitions (
     expires_at TIMESTAMPTZ,
     draining BOOLEAN NOT NULL DEFAULT FALSE
 );
-CREATE UNIQUE INDEX IF NOT EXISTS cluster_partitions_epoch
-    ON cluster_partitions(partition, epoch);
 CREATE TABLE IF NOT EXISTS cluster_nodes (
     node TEXT PRIMARY KEY,
     started_at TIMESTAMPTZ NOT NULL,
@@ -155,14 +153,6 @@ _ADDED = (
 )
 """Columns newer than the first cluster databases (the per-hop record)."""
 
-_INDEXES_ADDED = (
-    ("message_log_at", "message_log", "at_ms"),
-    ("handling_started", "handling", "started_ms"),
-    ("ingress_keys_created", "ingress_keys", "created_at"),
-)
-"""Indexes newer than the first cluster databases: the per-hop record's, and the ones
-retention's search for old rows goes by (:mod:`colony.persist.prune`)."""
-
 EPOCH_KEY = (
     "CREATE UNIQUE INDEX IF NOT EXISTS cluster_partitions_epoch "
     "ON cluster_partitions(partition, epoch)"
@@ -172,6 +162,21 @@ then counts every change of epoch as a key update, one a ``FOR KEY SHARE`` lock 
 re-reads after, however it is written (see :mod:`colony.persist.pg.ownership`). Unique
 trivially (``partition`` is the primary key); it must stay non-partial, non-deferrable and on
 plain columns, or PostgreSQL does not count its columns as a key."""
+
+DDL += EPOCH_KEY + ";\n"
+
+_INDEXES_ADDED = (
+    ("message_log_at", "CREATE INDEX IF NOT EXISTS message_log_at ON message_log(at_ms)"),
+    ("handling_started", "CREATE INDEX IF NOT EXISTS handling_started ON handling(started_ms)"),
+    (
+        "ingress_keys_created",
+        "CREATE INDEX IF NOT EXISTS ingress_keys_created ON ingress_keys(created_at)",
+    ),
+    ("cluster_partitions_epoch", EPOCH_KEY),
+)
+"""Indexes newer than the first cluster databases, each by its name and the statement that
+makes it: the per-hop record's, the ones retention's search for old rows goes by
+(:mod:`colony.persist.prune`), and the epoch's key."""
 
 
 def _upgrade(conn: Any) -> None:
@@ -192,11 +197,9 @@ def _upgrade(conn: Any) -> None:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {kind}")
     if conn.execute("SELECT to_regclass('handling')").fetchone()[0] is None:
         conn.execute(HANDLING_DDL)
-    for index, table, column in _INDEXES_ADDED:
+    for index, statement in _INDEXES_ADDED:
         if conn.execute("SELECT to_regclass(%s)", (index,)).fetchone()[0] is None:
-            conn.execute(f"CREATE INDEX IF NOT EXISTS {index} ON {table}({column})")
-    if conn.execute("SELECT to_regclass('cluster_partitions_epoch')").fetchone()[0] is None:
-        conn.execute(EPOCH_KEY)
+            conn.execute(statement)
 
 
 def _made(conn: Any) -> bool:
