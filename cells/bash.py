@@ -33,7 +33,7 @@ from cells.code.process import DEFAULT_MAX_PROCESSES, Limits, ProcessError
 from cells.code.zygote_client import run_spawned
 from cells.redact import Redactor, looks_secret_key
 from cells.text import cut_visibly, utf8_len
-from cells.toolcall import ToolCallError, parse_tool_call, tool_error, tool_result
+from cells.toolcall import ToolCallError, elapsed_ms, parse_tool_call, tool_error, tool_result
 from colony.cell import CellClass, CellSpec, CellType, Emission, ParamProblem, pydantic_check
 from colony.envelope import Envelope, JsonObject
 
@@ -228,7 +228,7 @@ class BashCell:
             "operation": "bash",
             "exit_code": exit_code,
             "had_stderr": bool(stderr),
-            "duration_ms": _elapsed(started),
+            "duration_ms": elapsed_ms(started),
             "bytes": size,
         }
         if truncated or out_cut or err_cut:
@@ -236,16 +236,12 @@ class BashCell:
         return tool_result(shown, call_id, header)
 
 
-def _elapsed(started: float) -> int:
-    return int((time.perf_counter() - started) * 1000)
-
-
 def _error(code: str, text: str, call_id: str | None, started: float, **extra: Any) -> JsonObject:
     header: JsonObject = {
         "operation": "bash",
         "had_stderr": False,
         **extra,
-        "duration_ms": _elapsed(started),
+        "duration_ms": elapsed_ms(started),
     }
     return tool_error(code, text, call_id, header)
 

@@ -24,7 +24,7 @@ import errno
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
@@ -40,10 +40,12 @@ __all__ = [
     "climbs_out",
     "failure",
     "inside",
+    "is_count",
     "op_and_path",
     "open_parent",
     "open_under",
     "real_base",
+    "reason",
     "resolve",
 ]
 
@@ -214,5 +216,14 @@ def failure(exc: OSError, relative: str) -> OpError:
         return OpError("not_a_file", f"{relative} is a directory")
     if exc.errno == errno.ELOOP:
         return OpError("io_error", f"{relative}: too many levels of symbolic links")
-    reason = os.strerror(exc.errno) if exc.errno else str(exc)
-    return OpError("io_error", f"{relative}: {reason.lower()}")
+    return OpError("io_error", f"{relative}: {reason(exc)}")
+
+
+def reason(exc: OSError) -> str:
+    """What went wrong, in the system's words (lower case), without the path."""
+    return (os.strerror(exc.errno) if exc.errno else str(exc)).lower()
+
+
+def is_count(value: Any) -> TypeGuard[int]:
+    """A JSON integer argument (``true`` is not one, though Python counts it an int)."""
+    return isinstance(value, int) and not isinstance(value, bool)

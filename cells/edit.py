@@ -26,19 +26,21 @@ import stat
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any
 
 from cells.boundary import (
     BasePathParams,
     OpError,
     check_base,
     failure,
+    is_count,
     op_and_path,
     open_parent,
     real_base,
+    reason,
     resolve,
 )
-from cells.toolcall import ToolCallError, parse_tool_call, tool_error, tool_result
+from cells.toolcall import ToolCallError, elapsed_ms, parse_tool_call, tool_error, tool_result
 from colony.cell import CellClass, CellSpec, CellType, Emission, pydantic_check
 from colony.envelope import Envelope, JsonObject
 from colony.observability import Logger
@@ -69,10 +71,6 @@ class _EditCall:
     content: str = ""
 
 
-def _is_count(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _text(args: JsonObject, key: str, op: str) -> str:
     value = args.get(key)
     if not isinstance(value, str):
@@ -95,10 +93,10 @@ def _parse_args(args: JsonObject) -> _EditCall:
                 "invalid_input", "args.expected_matches is allowed only with op find_replace"
             )
         line = args.get("line")
-        if not _is_count(line) or line < 1:
+        if not is_count(line) or line < 1:
             raise OpError("invalid_input", "args.line missing or not an integer >= 1")
         return _EditCall(op, path, line=line, content=_text(args, "content", op))
-    if expected is not None and (not _is_count(expected) or expected < 1):
+    if expected is not None and (not is_count(expected) or expected < 1):
         raise OpError("invalid_input", "args.expected_matches must be an integer >= 1 or null")
     find = _text(args, "find", op)
     if not find:
@@ -292,7 +290,7 @@ def _replace(folder: int, name: str, data: bytes, info: os.stat_result, shown: s
     try:
         os.fsync(folder)
     except OSError as exc:
-        return _reason(exc)
+        return reason(exc)
     return None
 
 
@@ -312,12 +310,8 @@ def _keep_owner(fd: int, info: os.stat_result) -> None:
                 os.fchown(fd, -1, info.st_gid)
 
 
-def _reason(exc: OSError) -> str:
-    return (os.strerror(exc.errno) if exc.errno else str(exc)).lower()
-
-
 def _write_failed(exc: OSError, shown: str) -> OpError:
-    return OpError("io_error", f"write failed: {_reason(exc)} ({shown}); the file is unchanged")
+    return OpError("io_error", f"write failed: {reason(exc)} ({shown}); the file is unchanged")
 
 
 # -- the cell ---------------------------------------------------------------------------------
@@ -384,7 +378,7 @@ class EditCell:
             "operation": call.op,
             "matches_changed": done.changed,
             "bytes": done.size,
-            "duration_ms": _ms(started),
+            "duration_ms": elapsed_ms(started),
         }
         status = done.status
         if done.unsynced is not None:
@@ -418,13 +412,9 @@ class EditCell:
         header: JsonObject = {
             "operation": operation,
             "matches_changed": 0,
-            "duration_ms": _ms(started),
+            "duration_ms": elapsed_ms(started),
         }
         return tool_error(code, text, call_id, header)
-
-
-def _ms(started: float) -> int:
-    return int((time.perf_counter() - started) * 1000)
 
 
 EDIT = CellType(

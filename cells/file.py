@@ -19,15 +19,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from cells.boundary import DIR_FLAGS as _DIR_FLAGS
-from cells.boundary import BasePathParams, OpError, check_base, op_and_path, real_base, resolve
+from cells.boundary import (
+    BasePathParams,
+    OpError,
+    check_base,
+    is_count,
+    op_and_path,
+    real_base,
+    resolve,
+)
 from cells.boundary import failure as _failure
 from cells.boundary import open_under as _open_under
 from cells.text import dumps_sorted
-from cells.toolcall import ToolCallError, parse_tool_call, tool_error, tool_result
+from cells.toolcall import ToolCallError, elapsed_ms, parse_tool_call, tool_error, tool_result
 from colony.cell import CellClass, CellSpec, CellType, Emission, pydantic_check
 from colony.envelope import Envelope, JsonObject
 
-__all__ = ["FILE", "FileCell", "FileParams", "check_base"]
+__all__ = ["FILE", "FileCell", "FileParams"]
 
 _FileOpError = OpError
 _resolve = resolve
@@ -49,10 +57,6 @@ class _FileCall:
     base64: bool = False
     offset: int = 0
     limit: int | None = None
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _parse_args(args: JsonObject) -> _FileCall:
@@ -78,10 +82,10 @@ def _parse_args(args: JsonObject) -> _FileCall:
     if mode not in ("text", "base64"):
         raise _FileOpError("invalid_input", 'args.mode must be "text" or "base64"')
     offset = args.get("offset", 0)
-    if not _is_count(offset) or offset < 0:
+    if not is_count(offset) or offset < 0:
         raise _FileOpError("invalid_input", "args.offset must be an integer >= 0")
     limit = args.get("limit")
-    if limit is not None and (not _is_count(limit) or limit < 1):
+    if limit is not None and (not is_count(limit) or limit < 1):
         raise _FileOpError("invalid_input", "args.limit must be an integer >= 1")
     return _FileCall(op, path, base64=mode == "base64", offset=offset, limit=limit)
 
@@ -239,18 +243,20 @@ class FileCell:
             text, size = await asyncio.to_thread(_perform, self.base, call)
         except _FileOpError as exc:
             return _error(call.op, exc.code, str(exc), call_id, started)
-        header: JsonObject = {"operation": call.op, "bytes": size, "duration_ms": _ms(started)}
+        header: JsonObject = {
+            "operation": call.op,
+            "bytes": size,
+            "duration_ms": elapsed_ms(started),
+        }
         if call.base64:
             header["encoding"] = "base64"
         return tool_result(text, call_id, header)
 
 
-def _ms(started: float) -> int:
-    return int((time.perf_counter() - started) * 1000)
-
-
 def _error(operation: str, code: str, text: str, call_id: str | None, started: float) -> JsonObject:
-    return tool_error(code, text, call_id, {"operation": operation, "duration_ms": _ms(started)})
+    return tool_error(
+        code, text, call_id, {"operation": operation, "duration_ms": elapsed_ms(started)}
+    )
 
 
 FILE = CellType(

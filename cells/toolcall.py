@@ -24,6 +24,7 @@ of them parsed ``NaN``). Where they disagreed, this module keeps the stricter re
 
 from __future__ import annotations
 
+import time
 from typing import Any, NamedTuple
 
 from colony.envelope import JsonObject
@@ -33,6 +34,7 @@ __all__ = [
     "NO_ID",
     "ToolCall",
     "ToolCallError",
+    "elapsed_ms",
     "parse_tool_call",
     "result_turn",
     "string_arg",
@@ -131,3 +133,9 @@ def tool_result(text: str, call_id: str | None, header: JsonObject) -> JsonObjec
 def tool_error(code: str, text: str, call_id: str | None, header: JsonObject) -> JsonObject:
     """An error reply: ``header`` plus ``finish_reason: "error"`` and ``error_code``."""
     return tool_result(text, call_id, {**header, "finish_reason": "error", "error_code": code})
+
+
+def elapsed_ms(started: float) -> int:
+    """Milliseconds since ``started`` (a ``time.perf_counter()``): a tool reply's
+    ``duration_ms``."""
+    return int((time.perf_counter() - started) * 1000)

@@ -38,7 +38,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cells.redact import Redactor
 from cells.text import cut_visibly, utf8_len
-from cells.toolcall import ToolCallError, parse_tool_call, string_arg, tool_error, tool_result
+from cells.toolcall import (
+    ToolCallError,
+    elapsed_ms,
+    parse_tool_call,
+    string_arg,
+    tool_error,
+    tool_result,
+)
 from cells.web.common import human_duration, lossy_utf8, lossy_utf8_prefix, read_capped
 from cells.web.ssrf import (
     IpAddress,
@@ -234,7 +241,7 @@ class WebFetchCell:
             "operation": "web_fetch",
             "http_status": fetched.status,
             "content_type": fetched.content_type,
-            "duration_ms": _elapsed_ms(started),
+            "duration_ms": elapsed_ms(started),
             "bytes": fetched.bytes,
         }
         if fetched.truncated:
@@ -255,7 +262,7 @@ class WebFetchCell:
     def _error(self, code: str, text: str, call_id: str | None, started: float) -> JsonObject:
         if self.log is not None:
             self.log.info("web_fetch_error", cell=self.path, error_code=code)
-        header: JsonObject = {"operation": "web_fetch", "duration_ms": _elapsed_ms(started)}
+        header: JsonObject = {"operation": "web_fetch", "duration_ms": elapsed_ms(started)}
         # An error quotes URLs and library messages: a password or a key in them stays out.
         return tool_error(code, _REDACTOR.text(text), call_id, header)
 
@@ -364,7 +371,3 @@ class WebFetchCell:
 
 def _dial(url: httpx.URL, address: IpAddress) -> httpx.URL:
     return url.copy_with(host=str(address))
-
-
-def _elapsed_ms(started: float) -> int:
-    return int((time.perf_counter() - started) * 1000)

@@ -26,7 +26,14 @@ from pydantic_core import PydanticCustomError
 
 from cells.redact import Redactor
 from cells.text import cut_visibly, dumps_sorted, utf8_len
-from cells.toolcall import ToolCallError, parse_tool_call, string_arg, tool_error, tool_result
+from cells.toolcall import (
+    ToolCallError,
+    elapsed_ms,
+    parse_tool_call,
+    string_arg,
+    tool_error,
+    tool_result,
+)
 from cells.web.common import human_duration, lossy_utf8, lossy_utf8_prefix, read_capped
 from colony.cell import CellSpec, Emission
 from colony.envelope import Envelope, JsonObject
@@ -187,7 +194,7 @@ class WebSearchCell:
         header: JsonObject = {
             "operation": "web_search",
             "result_count": result_count,
-            "duration_ms": _elapsed_ms(started),
+            "duration_ms": elapsed_ms(started),
             "bytes": total,
         }
         if trimmed or cut:
@@ -201,13 +208,9 @@ class WebSearchCell:
     ) -> JsonObject:
         header: JsonObject = {
             "operation": "web_search",
-            "duration_ms": _elapsed_ms(started),
+            "duration_ms": elapsed_ms(started),
             **extra,
         }
         if self.log is not None:
             self.log.info("web_search_error", cell=self.path, error_code=code)
         return tool_error(code, self.redactor.text(text), call_id, header)
-
-
-def _elapsed_ms(started: float) -> int:
-    return int((time.perf_counter() - started) * 1000)
