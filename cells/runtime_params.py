@@ -16,20 +16,21 @@ __all__ = ["key_problem", "update_problem"]
 
 
 def key_problem(
-    update: Any, *, mutable: Sequence[str], known: Collection[str] | None = None, kind: str = ""
+    update: Any, *, mutable: Sequence[str], fixed: Collection[str] | None = None, kind: str = ""
 ) -> str | None:
-    """Why ``update`` cannot be applied for its shape or its keys, or None. ``known``: every
-    param of the cell type, when it can tell a misspelt key (``is not a <kind> param``) from
-    one fixed for the cell's life (``cannot be changed at runtime``); None calls every key
-    outside ``mutable`` the latter."""
+    """Why ``update`` cannot be applied for its shape or its keys, or None. ``fixed``: the
+    type's other params, when it can tell a key fixed for the cell's life (``cannot be changed
+    at runtime``) from a misspelt one (``is not a <kind> param``); None calls every key outside
+    ``mutable`` the former."""
     if not isinstance(update, dict):
         return "params must be an object"
     listed = ", ".join(mutable)
     for key in update:
         if key in mutable:
             continue
-        if known is not None and key not in known:
-            return f"params.{key} is not a {kind} param (mutable: {listed})"
+        if fixed is not None and key not in fixed:
+            of = f"a {kind} param" if kind else "a param of this cell type"
+            return f"params.{key} is not {of} (mutable: {listed})"
         return f"params.{key} cannot be changed at runtime (mutable: {listed})"
     return None
 
@@ -38,13 +39,13 @@ def update_problem(
     update: Any,
     *,
     mutable: Sequence[str],
-    known: Collection[str] | None = None,
+    fixed: Collection[str] | None = None,
     kind: str = "",
     nullable: bool = False,
 ) -> str | None:
     """:func:`key_problem`, then every value an integer >= 1 (or null, when ``nullable``:
     back to the birth value)."""
-    problem = key_problem(update, mutable=mutable, known=known, kind=kind)
+    problem = key_problem(update, mutable=mutable, fixed=fixed, kind=kind)
     if problem is not None:
         return problem
     for key, value in update.items():

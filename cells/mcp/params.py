@@ -158,5 +158,6 @@ def check_sandbox(params: Any, folder: Path | None) -> list[ParamProblem]:
 
 def update_problem(update: Any) -> str | None:
     """Why a ``params`` body slot cannot be applied, or None (:mod:`cells.runtime_params`)."""
-    known = {*MUTABLE_PARAMS, *IMMUTABLE_PARAMS}
-    return runtime_params.update_problem(update, mutable=MUTABLE_PARAMS, known=known, kind="mcp")
+    return runtime_params.update_problem(
+        update, mutable=MUTABLE_PARAMS, fixed=IMMUTABLE_PARAMS, kind="mcp"
+    )

@@ -634,9 +634,8 @@ class ProxyCell:
 
     async def _update_params(self, update: Any) -> tuple[str, str] | None:
         """The ``params`` body slot: merge, validate, persist, apply; silent on success."""
-        known = {*MUTABLE_KEYS, *IMMUTABLE_KEYS}
         problem = runtime_params.key_problem(
-            update, mutable=MUTABLE_KEYS, known=known, kind="proxy"
+            update, mutable=MUTABLE_KEYS, fixed=IMMUTABLE_KEYS, kind="proxy"
         )
         if problem is not None:
             return "invalid_input", problem

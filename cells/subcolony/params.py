@@ -163,7 +163,6 @@ def check_root(params: SubcolonyParams, folder: Path | None) -> list[ParamProble
 
 def update_problem(update: Any) -> str | None:
     """Why a ``params`` body slot cannot be applied, or None (:mod:`cells.runtime_params`)."""
-    known = {*MUTABLE_KEYS, *IMMUTABLE_KEYS}
     return runtime_params.update_problem(
-        update, mutable=MUTABLE_KEYS, known=known, kind="subcolony"
+        update, mutable=MUTABLE_KEYS, fixed=IMMUTABLE_KEYS, kind="subcolony"
     )

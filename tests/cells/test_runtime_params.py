@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from cells.runtime_params import key_problem, update_problem
 
 MUTABLE = ("query_timeout_ms", "send_timeout_ms")
-KNOWN = {*MUTABLE, "bot_token"}
+FIXED = ("bot_token",)
 
 
 @pytest.mark.parametrize("update", ["fast", 3, None, ["query_timeout_ms"]])
@@ -20,23 +20,27 @@ def test_a_slot_that_is_not_an_object_is_refused(update: Any) -> None:
 
 
 def test_a_fixed_key_is_refused_with_the_keys_that_may_change() -> None:
-    assert update_problem({"bot_token": "x"}, mutable=MUTABLE, known=KNOWN, kind="proxy") == (
+    assert update_problem({"bot_token": "x"}, mutable=MUTABLE, fixed=FIXED, kind="proxy") == (
         "params.bot_token cannot be changed at runtime (mutable: query_timeout_ms, send_timeout_ms)"
     )
 
 
 def test_a_key_the_type_does_not_have_is_named_as_such_when_the_type_lists_its_keys() -> None:
-    assert key_problem({"colour": 1}, mutable=MUTABLE, known=KNOWN, kind="proxy") == (
+    assert key_problem({"colour": 1}, mutable=MUTABLE, fixed=FIXED, kind="proxy") == (
         "params.colour is not a proxy param (mutable: query_timeout_ms, send_timeout_ms)"
     )
     assert key_problem({"colour": 1}, mutable=MUTABLE) == (
         "params.colour cannot be changed at runtime (mutable: query_timeout_ms, send_timeout_ms)"
     )
+    assert key_problem({"colour": 1}, mutable=MUTABLE, fixed=FIXED) == (
+        "params.colour is not a param of this cell type (mutable: query_timeout_ms, "
+        "send_timeout_ms)"
+    )
 
 
 def test_the_first_refused_key_is_the_one_named() -> None:
     update = {"query_timeout_ms": 5, "bot_token": "x", "colour": 1}
-    assert key_problem(update, mutable=MUTABLE, known=KNOWN, kind="proxy") == (
+    assert key_problem(update, mutable=MUTABLE, fixed=FIXED, kind="proxy") == (
         "params.bot_token cannot be changed at runtime (mutable: query_timeout_ms, send_timeout_ms)"
     )
 
@@ -61,14 +65,14 @@ def test_key_problem_leaves_the_values_to_the_cell() -> None:
 
 @given(st.dictionaries(st.sampled_from(MUTABLE), st.integers(min_value=1)))
 def test_any_positive_integers_for_mutable_keys_pass(update: dict[str, int]) -> None:
-    assert update_problem(update, mutable=MUTABLE, known=KNOWN, kind="proxy") is None
+    assert update_problem(update, mutable=MUTABLE, fixed=FIXED, kind="proxy") is None
 
 
 @given(st.dictionaries(st.text(min_size=1), st.integers(min_value=1), min_size=1))
 def test_a_slot_with_any_key_outside_the_mutable_ones_is_refused_naming_one(
     update: dict[str, int],
 ) -> None:
-    problem = update_problem(update, mutable=MUTABLE, known=KNOWN, kind="proxy")
+    problem = update_problem(update, mutable=MUTABLE, fixed=FIXED, kind="proxy")
     outside = [k for k in update if k not in MUTABLE]
     if outside:
         assert problem is not None
