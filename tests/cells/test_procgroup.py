@@ -8,26 +8,13 @@ import sys
 import time
 
 from cells.procgroup import signal_group, signal_name
+from tests.processes import alive
 
 
 def test_a_signal_is_named_and_an_unknown_one_is_its_number() -> None:
     assert signal_name(9) == "SIGKILL"
     assert signal_name(15) == "SIGTERM"
     assert signal_name(200) == "200"
-
-
-def _ended(pid: int, within: float) -> bool:
-    """``pid`` is gone or a zombie within ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                if stat.read().rsplit(") ", 1)[1].startswith("Z"):
-                    return True
-        except FileNotFoundError:
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def test_a_group_signal_reaches_what_the_child_started_too() -> None:
@@ -46,7 +33,10 @@ def test_a_group_signal_reaches_what_the_child_started_too() -> None:
         grandchild = int(child.stdout.readline())
         signal_group(child.pid, signal.SIGTERM)
         assert child.wait(timeout=10) == -signal.SIGTERM
-        assert _ended(grandchild, 10)
+        deadline = time.monotonic() + 10
+        while alive(grandchild) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not alive(grandchild)
     finally:
         child.kill()
         child.wait()

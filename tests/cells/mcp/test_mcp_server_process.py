@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from cells.mcp.stdio import LINE_LIMIT, STDERR_LINE_KEPT, ServerProcess
+from tests.processes import alive, eventually
 
 PYTHON = sys.executable
 ROOT = Path(__file__).resolve().parents[3]
@@ -81,18 +82,7 @@ async def test_a_server_is_terminated_when_the_process_that_spawned_it_is_killed
         daemon.kill()
         await daemon.wait()
     try:
-        async with asyncio.timeout(5):
-            while _alive(pid):  # noqa: ASYNC110 (another process's end has no event here)
-                await asyncio.sleep(0.02)
+        assert await eventually(lambda: not alive(pid), 5)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie left for init to reap counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False

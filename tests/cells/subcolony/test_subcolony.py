@@ -21,6 +21,7 @@ from colony.config.diagnostics import Severity
 from colony.config.loader import load_tree
 from colony.testing import ColonyHarness
 from tests.conftest import CONTRACT, FIXTURES, TreeFactory, cell, hive
+from tests.processes import alive
 
 ECHO_TREE = FIXTURES / "trees" / "subcolony-echo"
 FAKE = Path(__file__).with_name("fake_child.py")
@@ -124,14 +125,6 @@ def descendants() -> set[int]:
         frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
         found |= frontier
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="lists processes via /proc")
