@@ -275,12 +275,11 @@ class McpCell:
         self._wanted.set()
         while True:
             failure = await self._streamable_session()
-            if failure is not None:  # (an opened session settled its attempt when it opened)
-                self._settle_attempt(failure)
-            if failure is None:
+            if failure is None:  # (an opened session settled its attempt when it opened)
                 delay = 0.0
                 await self._wanted.wait()
             else:
+                self._settle_attempt(failure)
                 delay = BACKOFF_FIRST_S if delay == 0 else min(delay * 2, BACKOFF_MAX_S)
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(delay):
@@ -547,7 +546,7 @@ class McpCell:
         exc = call.exception()
         if exc is None:
             return _dump(call.result())
-        if isinstance(exc, MCPError) and exc.error.code == types.CONNECTION_CLOSED:
+        if _closed(exc):
             if self.params.kind == "stdio":
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.params.kill_grace_ms / 1000 + 1):
