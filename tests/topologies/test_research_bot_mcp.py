@@ -10,7 +10,6 @@ server's own schema instead, through the edge searcher -> planner.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import shutil
 import sys
@@ -25,6 +24,7 @@ from scripted.core import ScriptedOpenAI, ScriptItem, text_reply
 from scripted.core import tool_calls_reply as calls
 from scripted.search import ScriptedSearch
 from scripted.telegram import ScriptedTelegram
+from tests.cells.mcp.servers import NOT_OFFER, OFFER, published
 from tests.topologies.test_research_bot import (
     CHAT,
     OTTER_TOOLS,
@@ -37,10 +37,8 @@ from tests.topologies.test_research_bot import (
 )
 
 SEARCH_SERVER = Path(__file__).resolve().parents[2] / "fixtures" / "mcp" / "search_server.py"
-OFFER = "has(hop.mcp_tool) && hop.mcp_tool == '__list_tools__'"
 OFFERED = "tools.searcher.web_search"
 """The planner's slot for the offered tool: the provider key is the searcher's path, /searcher."""
-NOT_OFFER = "!has(hop.mcp_tool) || hop.mcp_tool != '__list_tools__'"
 SEARCHER = {
     "cell": {"type": "mcp", "timeout": -1},
     "description": "web_search through an MCP server; offers the server's schema to the planner.",
@@ -59,13 +57,7 @@ SEARCHER = {
 async def published_tool() -> dict[str, Any]:
     """The ``web_search`` tool as the search server publishes it (built in-process with the
     SDK, so the test compares against the server's own schema, not a copy)."""
-    spec = importlib.util.spec_from_file_location("colony_test_search_server", SEARCH_SERVER)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    tools = await module.build("http://127.0.0.1:1/search").list_tools()
-    (tool,) = [t.model_dump(by_alias=True, exclude_none=True) for t in tools]
+    (tool,) = await published(SEARCH_SERVER, "http://127.0.0.1:1/search")
     return {"name": tool["name"], "description": tool["description"], "schema": tool["inputSchema"]}
 
 
@@ -123,7 +115,7 @@ async def test_the_research_bot_searches_through_an_mcp_server_whose_schema_the_
         calls([("call-s1", "web_search", {"query": query, "max_results": 3})]),
         text_reply("Sea otters crack shellfish open on flat stones."),
     ]
-    published = await published_tool()
+    listed = await published_tool()
     async with mcp_research_bot(script) as bot:
         [answer] = await bot.ask("What do sea otters use stones for?")
         assert answer == {
@@ -140,8 +132,8 @@ async def test_the_research_bot_searches_through_an_mcp_server_whose_schema_the_
             "type": "function",
             "function": {
                 "name": "web_search",
-                "description": published["description"],
-                "parameters": published["schema"],
+                "description": listed["description"],
+                "parameters": listed["schema"],
             },
         }
         assert {s for s in slots(bot.colony) if s.startswith("tools.")} == {
@@ -149,8 +141,8 @@ async def test_the_research_bot_searches_through_an_mcp_server_whose_schema_the_
             "tools.web_fetch",
             OFFERED,
         }
-        assert published["schema"]["required"] == ["query"]
-        assert published["schema"]["properties"]["max_results"]["maximum"] == 10
+        assert listed["schema"]["required"] == ["query"]
+        assert listed["schema"]["properties"]["max_results"]["maximum"] == 10
 
         # the call went through the MCP server to the search endpoint, and its answer came
         # back to the planner as the tool result of call-s1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import socket
 import subprocess
@@ -20,6 +21,24 @@ from tests.conftest import CONTRACT, hive
 
 SERVER = Path(__file__).resolve().parents[3] / "fixtures" / "mcp" / "server.py"
 STDIO = {"transport": "stdio", "command": sys.executable, "args": [str(SERVER), "stdio"]}
+OFFER = "has(hop.mcp_tool) && hop.mcp_tool == '__list_tools__'"
+"""The edge condition that takes an mcp cell's tool listing to an llm cell (docs/cells/mcp.md)."""
+NOT_OFFER = "!has(hop.mcp_tool) || hop.mcp_tool != '__list_tools__'"
+"""Its complement: every other reply of the mcp cell."""
+
+
+async def published(server: Path, *build_args: str) -> list[dict[str, Any]]:
+    """The tools of the fixture server at ``server`` as it lists them on the wire, in name
+    order (its ``build(*build_args)`` run in-process with the SDK: the tests compare against
+    the server's own schema, not a copy)."""
+    spec = importlib.util.spec_from_file_location(f"colony_test_{server.stem}", server)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    tools = await module.build(*build_args).list_tools()
+    wire = [t.model_dump(by_alias=True, exclude_none=True) for t in tools]
+    return sorted(wire, key=lambda t: t["name"])
 
 
 def free_port() -> int:

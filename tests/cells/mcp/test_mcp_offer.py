@@ -5,10 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from colony.testing import ColonyHarness, ScriptedOpenAI, text_reply
-from tests.cells.mcp.servers import STDIO, until
+from tests.cells.mcp.servers import OFFER, STDIO, until
 from tests.conftest import CONTRACT, TreeFactory, hive
-
-OFFER = "has(hop.mcp_tool) && hop.mcp_tool == '__list_tools__'"
 
 
 def offer_tree() -> dict[str, Any]:

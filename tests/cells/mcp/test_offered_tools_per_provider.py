@@ -9,7 +9,6 @@ and inputSchema is compared exactly, not against a copy.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,11 +23,9 @@ from scripted.core import tool_calls_reply as calls
 from scripted.gemini import ScriptedGemini, gemini_text
 from scripted.ollama import ScriptedOllama, ollama_text
 from scripted.responses import ScriptedResponses, responses_text
-from tests.cells.mcp.servers import SERVER, STDIO, result, until
+from tests.cells.mcp.servers import NOT_OFFER, OFFER, SERVER, STDIO, published, result, until
 from tests.conftest import CONTRACT, TreeFactory, hive
 
-OFFER = "has(hop.mcp_tool) && hop.mcp_tool == '__list_tools__'"
-NOT_OFFER = "!has(hop.mcp_tool) || hop.mcp_tool != '__list_tools__'"
 TOOL_CALLS = "has(hop.finish_reason) && hop.finish_reason == 'tool_calls'"
 
 Native = Callable[[dict[str, Any]], Any]
@@ -97,18 +94,6 @@ PROVIDERS = [
 ]
 
 
-async def published_tools() -> list[dict[str, Any]]:
-    """The fixture server's tools as it lists them on the wire, in name order."""
-    spec = importlib.util.spec_from_file_location("colony_test_mcp_server", SERVER)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    tools = await module.build().list_tools()
-    wire = [t.model_dump(by_alias=True, exclude_none=True) for t in tools]
-    return sorted(wire, key=lambda t: t["name"])
-
-
 def offer_tree(provider: str) -> dict[str, Any]:
     return {
         "main/config.json": hive(
@@ -142,8 +127,8 @@ def user(text: str) -> dict[str, Any]:
 async def test_a_model_sees_the_mcp_servers_tools_with_their_schemas_in_its_wire_shape(
     make_tree: TreeFactory, provider: Provider
 ) -> None:
-    published = await published_tools()
-    assert {"echo", "structured", "grow"} <= {t["name"] for t in published}
+    listed = await published(SERVER)
+    assert {"echo", "structured", "grow"} <= {t["name"] for t in listed}
     async with (
         provider.server([provider.reply("ok")]) as model,
         ColonyHarness(
@@ -152,15 +137,15 @@ async def test_a_model_sees_the_mcp_servers_tools_with_their_schemas_in_its_wire
             llm_base_url=model.url,
         ) as colony,
     ):
-        await until(lambda: f"tools.mcp.{published[0]['name']}" in offered(colony))
+        await until(lambda: f"tools.mcp.{listed[0]['name']}" in offered(colony))
         await colony.settle()
         assert model.requests == []  # the offer asked the model nothing
         await colony.send("/brain", {"messages": [user("which tools do you have?")]})
         await colony.settle()
         assert colony.captured("/results") == []
-        assert offered(colony) == {f"tools.mcp.{t['name']}" for t in published}
+        assert offered(colony) == {f"tools.mcp.{t['name']}" for t in listed}
     (request,) = model.requests
-    assert provider.tools_sent(request) == [provider.native(t) for t in published]
+    assert provider.tools_sent(request) == [provider.native(t) for t in listed]
 
 
 async def test_a_models_call_of_an_offered_tool_is_answered_on_its_call_id(
