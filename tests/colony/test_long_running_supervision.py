@@ -46,6 +46,23 @@ class Script:
     runner: CellRunner | None = None
 
 
+def _fails_once_a_message_is_in_hand(
+    script: Script, first: Callable[[], None] | None = None
+) -> Callable[[int], Awaitable[None]]:
+    """An I/O loop whose first instance fails once the cell is handling a message (``first``
+    run just before); later instances run until stopped."""
+
+    async def io(instance: int) -> None:
+        if instance > 0:
+            await _park()
+        await script.handling.wait()
+        if first is not None:
+            first()
+        raise RuntimeError("the I/O loop fails")
+
+    return io
+
+
 class _Probe:
     def __init__(self, script: Script, instance: int) -> None:
         self.script = script
@@ -256,13 +273,7 @@ async def test_a_restart_lets_the_message_in_hand_finish_and_settle_before_the_c
     script = Script()
     script.hold = script.release.wait
 
-    async def io(instance: int) -> None:
-        if instance > 0:
-            await _park()
-        await script.handling.wait()
-        raise RuntimeError("the I/O loop fails")
-
-    script.io = io
+    script.io = _fails_once_a_message_is_in_hand(script)
     async with _harness(make_tree, script, concurrent=concurrent) as colony:
         script.runner = runner = colony.colony.runners["/a"]
         await colony.send("/a", user())
@@ -284,13 +295,7 @@ async def test_a_message_still_in_hand_when_the_restart_drain_ends_settles_as_a_
     monkeypatch.setattr(runner_module, "RESTART_DRAIN_S", 0.1)
     script = Script(hold=_park)
 
-    async def io(instance: int) -> None:
-        if instance > 0:
-            await _park()
-        await script.handling.wait()
-        raise RuntimeError("the I/O loop fails")
-
-    script.io = io
+    script.io = _fails_once_a_message_is_in_hand(script)
     async with _harness(make_tree, script, concurrent=concurrent) as colony:
         script.runner = runner = colony.colony.runners["/a"]
         await colony.send("/a", user())
@@ -311,15 +316,11 @@ async def test_a_message_of_a_lost_partition_still_in_hand_when_the_drain_ends_i
     monkeypatch.setattr(runner_module, "RESTART_DRAIN_S", 0.1)
     script = Script(hold=_park)
 
-    async def io(instance: int) -> None:
-        if instance > 0:
-            await _park()
-        await script.handling.wait()
+    def moved() -> None:
         assert script.runner is not None
         script.runner.stale = lambda message: True  # the partition moved to another node
-        raise RuntimeError("the I/O loop fails")
 
-    script.io = io
+    script.io = _fails_once_a_message_is_in_hand(script, first=moved)
     async with _harness(make_tree, script, concurrent=True) as colony:
         script.runner = colony.colony.runners["/a"]
         await colony.send("/a", user())
