@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cells import runtime_params
 from colony.cell import ParamProblem, ignored_key
 
 DEFAULT_BASE_URLS = {
@@ -157,12 +158,9 @@ def transcript_problems(params: LlmParams, cluster_dsn: str | None = None) -> li
 
 def overlay(params: LlmParams, update: dict[str, Any]) -> LlmParams:
     """``params`` with a runtime update applied (raises ValueError naming a refused key)."""
-    for key in update:
-        if key not in MUTABLE:
-            raise ValueError(
-                f"params.{key} cannot be changed at runtime "
-                f"(changeable: {', '.join(sorted(MUTABLE))})"
-            )
+    problem = runtime_params.key_problem(update, mutable=sorted(MUTABLE))
+    if problem is not None:
+        raise ValueError(problem)
     merged = {**params.model_dump(), **(params.model_extra or {}), **update}
     return LlmParams.model_validate(merged)
 
